@@ -1,0 +1,1 @@
+"""fleetplane control plane: versioned sampling contracts, worker registry and load views over gRPC."""

@@ -1,0 +1,73 @@
+"""The ``fleetplane`` console script: one entry point for every subcommand of SPEC §1.
+
+Control-plane commands run in this process. ``router`` and ``engine-sim`` belong to the
+data plane, which the control plane never imports (ARCHITECTURE.md): they replace this
+process with ``python -m dataplane`` / ``python -m dataplane.engine.sim`` (same PID, so
+signals and exit codes are theirs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from controlplane.envflags import EnvArgumentParser
+
+# Subcommand -> module with ``add_arguments(parser)`` and ``run(args) -> int``.
+LOCAL_COMMANDS: dict[str, tuple[str, str]] = {
+    "up": ("controlplane.cli.up", "run the whole fleet on its embedded default"),
+    "control": ("controlplane.cli.control", "run the control plane (gRPC)"),
+    "contract": ("controlplane.cli.contract", "list, get, set, delete, history, rollback contracts"),
+    "workers": ("controlplane.cli.workers", "list, add, remove workers"),
+    "loads": ("controlplane.cli.loads", "show worker load views"),
+    "routers": ("controlplane.cli.routers", "show routers and their applied revision"),
+    "stats": ("controlplane.cli.stats", "show sampling-contract rejection totals"),
+}
+# Subcommand -> data-plane module run as ``python -m MODULE``.
+DATAPLANE_COMMANDS: dict[str, tuple[str, str]] = {
+    "router": ("dataplane", "run the router (HTTP/1.1 + h2c front door)"),
+    "engine-sim": ("dataplane.engine.sim", "run a simulated SGLang-compatible engine"),
+}
+NOT_BUILT_EXIT = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in DATAPLANE_COMMANDS:
+        target = DATAPLANE_COMMANDS[args[0]][0]
+        os.execv(sys.executable, [sys.executable, "-m", target, *args[1:]])
+    parser = EnvArgumentParser(
+        prog="fleetplane", description="fleetplane: sampling contracts + real-load routing"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (_, help_text) in DATAPLANE_COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    for name, (module_name, help_text) in LOCAL_COMMANDS.items():
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            cmd.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+            cmd.set_defaults(_run=_not_built(name))
+            continue
+        module.add_arguments(cmd)
+        cmd.set_defaults(_run=module.run)
+    ns = parser.parse_args(args)
+    return int(ns._run(ns))
+
+
+def _not_built(name: str) -> Callable[[argparse.Namespace], int]:
+    def run(_ns: argparse.Namespace) -> int:
+        print(f"fleetplane {name}: not built yet", file=sys.stderr)
+        return NOT_BUILT_EXIT
+
+    return run
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

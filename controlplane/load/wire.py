@@ -1,0 +1,70 @@
+"""The ``LoadStat`` frame codec of SPEC §7, byte for byte as SGLang's engine publishes it.
+
+Frame: ``[b"load", seq as 8-byte big-endian signed int, msgpack(LoadStat)]`` where
+``LoadStat`` is an ``array_like``, tagged msgspec Struct:
+``["LoadStat", num_running_reqs, num_waiting_reqs, num_tokens, max_total_num_tokens, attn_dp_rank]``.
+
+A shared leaf: stdlib + msgspec only, imported by the engine side (publisher) and the
+control plane (consumer). ``array_like`` structs are append-only: never reorder fields.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+LOAD_TOPIC = b"load"
+SEQ_BYTES = 8
+# A LoadStat is ~20 bytes; anything far larger is garbage and is refused before decoding.
+MAX_PAYLOAD_BYTES = 1024
+
+
+class LoadStat(msgspec.Struct, array_like=True, gc=False, tag=True, frozen=True):
+    """One scheduler's load; ``attn_dp_rank`` may be nil (SPEC §7)."""
+
+    num_running_reqs: int
+    num_waiting_reqs: int
+    num_tokens: int
+    max_total_num_tokens: int
+    attn_dp_rank: int | None = None
+
+
+class WireError(ValueError):
+    """A frame that is not a well-formed load frame (counted and dropped by consumers)."""
+
+
+_encoder = msgspec.msgpack.Encoder()
+# Extra trailing elements are ignored: array_like decoding tolerates them unless
+# forbid_unknown_fields is set, which later SGLang revisions rely on (7th element).
+_decoder = msgspec.msgpack.Decoder(LoadStat)
+
+
+def encode_stat(stat: LoadStat) -> bytes:
+    return _encoder.encode(stat)
+
+
+def encode_frame(seq: int, stat: LoadStat) -> tuple[bytes, bytes, bytes]:
+    """The three frames of one publish."""
+    return (LOAD_TOPIC, seq.to_bytes(SEQ_BYTES, "big", signed=True), _encoder.encode(stat))
+
+
+def decode_frame(frames: list[bytes] | tuple[bytes, ...]) -> tuple[int, LoadStat]:
+    """``(seq, stat)`` of a received multipart message; anything malformed raises ``WireError``."""
+    if len(frames) != 3:
+        raise WireError(f"expected 3 frames, got {len(frames)}")
+    topic, seq_raw, payload = frames
+    if bytes(topic) != LOAD_TOPIC:
+        raise WireError(f"unexpected topic {bytes(topic)[:32]!r}")
+    if len(seq_raw) != SEQ_BYTES:
+        raise WireError(f"sequence frame is {len(seq_raw)} bytes, expected {SEQ_BYTES}")
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise WireError(f"payload of {len(payload)} bytes exceeds {MAX_PAYLOAD_BYTES}")
+    seq = int.from_bytes(seq_raw, "big", signed=True)
+    if seq < 0:
+        raise WireError(f"negative sequence number {seq}")
+    try:
+        stat = _decoder.decode(payload)
+    except msgspec.DecodeError as exc:
+        raise WireError(f"bad LoadStat payload: {exc}") from None
+    if min(stat.num_running_reqs, stat.num_waiting_reqs, stat.num_tokens, stat.max_total_num_tokens) < 0:
+        raise WireError("negative count in LoadStat")
+    return seq, stat

@@ -1,0 +1,1 @@
+"""fleetplane data plane: the router and the engine side (load publisher, engine-sim)."""

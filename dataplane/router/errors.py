@@ -1,0 +1,109 @@
+"""The router's error table (SPEC §5): one class per code, one function to render any of them.
+
+Every error the router answers with is a ``RouterError``; its class fixes the HTTP status and
+the code, the instance carries the message (and ``param`` for contract violations). Server
+errors (5xx) carry generic messages only: they never reveal worker addresses.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class RouterError(Exception):
+    """Root of every error the router answers with."""
+
+    status: int = 500
+    code: str = "internal_error"
+    default_message: str = "internal error"
+
+    def __init__(self, message: str | None = None, *, param: str | None = None) -> None:
+        self.message = message if message is not None else self.default_message
+        self.param = param
+        super().__init__(self.message)
+
+    @property
+    def error_type(self) -> str:
+        return "invalid_request_error" if self.status < 500 else "server_error"
+
+
+class BadRequest(RouterError):
+    status, code, default_message = 400, "bad_request", "bad request"
+
+
+class SamplingContractViolation(RouterError):
+    status, code = 400, "sampling_contract_violation"
+
+
+class PayloadTooLarge(RouterError):
+    status, code, default_message = 413, "payload_too_large", "request body is too large"
+
+
+class ModelNotFound(RouterError):
+    status, code, default_message = 404, "model_not_found", "no worker serves this model"
+
+
+class ServiceOverloaded(RouterError):
+    status, code, default_message = 429, "service_overloaded", "admission queue is full, retry later"
+
+
+class QueueTimeout(RouterError):
+    status, code, default_message = 503, "queue_timeout", "timed out waiting for an admission slot"
+
+
+class NoHealthyWorkers(RouterError):
+    status, code, default_message = 503, "no_healthy_workers", "no healthy worker can take this request"
+
+
+class ContractUnavailable(RouterError):
+    status, code, default_message = (
+        503,
+        "contract_unavailable",
+        "no sampling contract snapshot received from the control plane yet",
+    )
+
+
+class UpstreamUnreachable(RouterError):
+    status, code, default_message = 502, "upstream_unreachable", "could not reach any worker"
+
+
+class UpstreamBodyIncomplete(RouterError):
+    status, code, default_message = (
+        502,
+        "upstream_body_incomplete",
+        "the worker closed the connection before the answer was complete",
+    )
+
+
+class UpstreamTimeout(RouterError):
+    status, code, default_message = 504, "upstream_timeout", "the worker did not answer in time"
+
+
+class InternalError(RouterError):
+    status, code, default_message = 500, "internal_error", "internal error"
+
+
+class _ErrorBody(msgspec.Struct, omit_defaults=True, kw_only=True):
+    type: str
+    code: str
+    param: str | None = None
+    message: str
+
+
+class _Envelope(msgspec.Struct):
+    error: _ErrorBody
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def error_body(err: RouterError) -> bytes:
+    """The JSON envelope ``{"error":{"type","code","message"[,"param"]}}`` of SPEC §5."""
+    return _encoder.encode(
+        _Envelope(_ErrorBody(type=err.error_type, code=err.code, param=err.param, message=err.message))
+    )
+
+
+def sse_error_event(err: RouterError) -> bytes:
+    """The final SSE event sent when a stream fails after its headers went out (SPEC §5)."""
+    return b"event: error\ndata: " + error_body(err) + b"\n\n"

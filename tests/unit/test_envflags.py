@@ -1,0 +1,41 @@
+"""Flags read FLEETPLANE_* environment variables; the command line wins (SPEC §1)."""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane.envflags import EnvArgumentParser, env_name
+
+
+def _parser(environ: dict[str, str]) -> EnvArgumentParser:
+    p = EnvArgumentParser(prog="t", environ=environ)
+    p.add_argument("--max-body-bytes", type=int, default=10)
+    p.add_argument("--worker", action="append", default=[])
+    p.add_argument("--http2", action="store_true")
+    p.add_argument("--policy", choices=["round_robin", "least_load"], default="least_load")
+    return p
+
+
+def test_env_name_is_upper_snake() -> None:
+    """--max-body-bytes reads FLEETPLANE_MAX_BODY_BYTES."""
+    assert env_name("--max-body-bytes") == "FLEETPLANE_MAX_BODY_BYTES"
+
+
+def test_environment_sets_defaults_and_flags_win() -> None:
+    """An environment value is used unless the flag is on the command line."""
+    env = {
+        "FLEETPLANE_MAX_BODY_BYTES": "99",
+        "FLEETPLANE_HTTP2": "true",
+        "FLEETPLANE_WORKER": "http://a,http://b",
+    }
+    ns = _parser(env).parse_args([])
+    assert (ns.max_body_bytes, ns.http2, ns.worker) == (99, True, ["http://a", "http://b"])
+    assert _parser(env).parse_args(["--max-body-bytes", "5"]).max_body_bytes == 5
+
+
+def test_bad_environment_value_exits_naming_the_variable(capsys: pytest.CaptureFixture[str]) -> None:
+    """An environment value outside the allowed choices is a startup error naming the variable."""
+    with pytest.raises(SystemExit) as exc:
+        _parser({"FLEETPLANE_POLICY": "random"})
+    assert exc.value.code == 2
+    assert "FLEETPLANE_POLICY='random'" in capsys.readouterr().err
