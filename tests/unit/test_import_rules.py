@@ -7,7 +7,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # What the data plane may take from the control plane: the generated API and the shared leaves.
-DATAPLANE_MAY_IMPORT = ("controlplane.v1", "controlplane.load.wire", "controlplane.envflags")
+# controlplane.contracts is pure (no I/O) and is the one definition of what a valid contract is:
+# the standalone router parses --override-sampling-params with it, so both planes refuse exactly
+# the same contracts (a second copy of those rules could drift, the very thing fleetplane prevents).
+DATAPLANE_MAY_IMPORT = (
+    "controlplane.v1",
+    "controlplane.load.wire",
+    "controlplane.envflags",
+    "controlplane.contracts",
+)
 SHARED_LEAVES = ("controlplane/load/wire.py", "controlplane/envflags.py")
 
 
@@ -38,7 +46,7 @@ def test_controlplane_never_imports_dataplane() -> None:
 
 
 def test_dataplane_imports_only_the_api_and_shared_leaves() -> None:
-    """dataplane imports from controlplane only controlplane.v1 and the shared leaves."""
+    """dataplane imports from controlplane only the generated API and the shared pure leaves."""
     offenders = [
         f"{p.relative_to(ROOT)}: {name}"
         for p in _sources("dataplane")
