@@ -1,0 +1,1 @@
+"""Shared test doubles (fakes) used by several test directories."""
