@@ -1,0 +1,99 @@
+"""The LoadStat frame codec of SPEC §7, pinned to SGLang's bytes."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controlplane.load.wire import LOAD_TOPIC, LoadStat, WireError, decode_frame, encode_frame, encode_stat
+
+# SGLang's engine: msgspec.msgpack.Encoder().encode(LoadStat(1, 2, 3, 4, 0)) (reference C.1).
+GOLDEN_WITH_RANK = bytes.fromhex("96a84c6f6164537461740102030400")
+GOLDEN_WITHOUT_RANK = bytes.fromhex("96a84c6f61645374617401020304c0")
+_raw = msgspec.msgpack.Encoder()
+
+
+def test_golden_bytes_with_rank() -> None:
+    """A stat with attn_dp_rank encodes to exactly the engine's bytes."""
+    assert encode_stat(LoadStat(1, 2, 3, 4, 0)) == GOLDEN_WITH_RANK
+
+
+def test_golden_bytes_without_rank() -> None:
+    """An unset rank is a trailing msgpack nil, keeping the 6-element positional shape."""
+    assert encode_stat(LoadStat(1, 2, 3, 4)) == GOLDEN_WITHOUT_RANK
+
+
+def test_frame_is_topic_seq_payload() -> None:
+    """A frame is [b"load", 8-byte big-endian seq, payload]."""
+    assert encode_frame(258, LoadStat(1, 2, 3, 4, 0)) == (
+        b"load",
+        b"\x00\x00\x00\x00\x00\x00\x01\x02",
+        GOLDEN_WITH_RANK,
+    )
+
+
+def test_decode_golden_with_and_without_rank() -> None:
+    """The engine's golden frames decode to the stat they carry, nil rank included."""
+    seq0 = (0).to_bytes(8, "big")
+    assert decode_frame([b"load", seq0, GOLDEN_WITH_RANK]) == (0, LoadStat(1, 2, 3, 4, 0))
+    assert decode_frame((b"load", seq0, GOLDEN_WITHOUT_RANK)) == (0, LoadStat(1, 2, 3, 4, None))
+
+
+def test_decode_tolerates_extra_trailing_elements() -> None:
+    """A later engine revision's 7th element (pending_prefill_tokens) is ignored."""
+    payload = _raw.encode(["LoadStat", 5, 6, 7, 8, 1, 99])
+    assert decode_frame([b"load", (3).to_bytes(8, "big"), payload]) == (3, LoadStat(5, 6, 7, 8, 1))
+
+
+def test_decode_tolerates_missing_rank_element() -> None:
+    """A five-element stat (older shape, no rank) reads as rank None."""
+    payload = _raw.encode(["LoadStat", 5, 6, 7, 8])
+    assert decode_frame([b"load", (3).to_bytes(8, "big"), payload])[1].attn_dp_rank is None
+
+
+@given(
+    seq=st.integers(0, 2**63 - 1),
+    counts=st.tuples(*[st.integers(0, 2**40)] * 4),
+    rank=st.none() | st.integers(0, 1024),
+)
+def test_round_trip(seq: int, counts: tuple[int, int, int, int], rank: int | None) -> None:
+    """decode_frame inverts encode_frame for every valid stat."""
+    stat = LoadStat(*counts, attn_dp_rank=rank)
+    assert decode_frame(encode_frame(seq, stat)) == (seq, stat)
+
+
+_SEQ = (1).to_bytes(8, "big")
+MALFORMED: list[tuple[str, list[bytes]]] = [
+    ("two frames", [b"load", _SEQ]),
+    ("four frames", [b"load", _SEQ, GOLDEN_WITH_RANK, b""]),
+    ("wrong topic", [b"kv", _SEQ, GOLDEN_WITH_RANK]),
+    ("short seq", [b"load", b"\x00\x01", GOLDEN_WITH_RANK]),
+    ("long seq", [b"load", b"\x00" * 9, GOLDEN_WITH_RANK]),
+    ("negative seq", [b"load", (-1).to_bytes(8, "big", signed=True), GOLDEN_WITH_RANK]),
+    ("oversized payload", [b"load", _SEQ, b"\x90" * 2048]),
+    ("empty payload", [b"load", _SEQ, b""]),
+    ("not msgpack", [b"load", _SEQ, b"\xc1garbage"]),
+    ("wrong tag", [b"load", _SEQ, _raw.encode(["KvStat", 1, 2, 3, 4, 0])]),
+    ("untagged", [b"load", _SEQ, _raw.encode([1, 2, 3, 4, 0])]),
+    ("a map", [b"load", _SEQ, _raw.encode({"num_running_reqs": 1})]),
+    ("too few counts", [b"load", _SEQ, _raw.encode(["LoadStat", 1, 2, 3])]),
+    ("string count", [b"load", _SEQ, _raw.encode(["LoadStat", "1", 2, 3, 4, 0])]),
+    ("float count", [b"load", _SEQ, _raw.encode(["LoadStat", 1.5, 2, 3, 4, 0])]),
+    ("string rank", [b"load", _SEQ, _raw.encode(["LoadStat", 1, 2, 3, 4, "0"])]),
+    ("negative count", [b"load", _SEQ, _raw.encode(["LoadStat", 1, -2, 3, 4, 0])]),
+    ("trailing bytes", [b"load", _SEQ, GOLDEN_WITH_RANK + b"\x00"]),
+]
+
+
+@pytest.mark.parametrize(("kind", "frames"), MALFORMED, ids=[k for k, _ in MALFORMED])
+def test_malformed_frames_raise_wire_error(kind: str, frames: list[bytes]) -> None:
+    """Every malformed kind raises WireError (never another exception type)."""
+    with pytest.raises(WireError):
+        decode_frame(frames)
+
+
+def test_topic_constant_matches_sglang() -> None:
+    """The topic is SGLang's LOAD_TOPIC, "load"."""
+    assert LOAD_TOPIC == b"load"
