@@ -1,0 +1,54 @@
+"""Header handling shared by the front door and both upstreams (pure).
+
+A proxy must not forward hop-by-hop headers (RFC 9110 §7.6.1): ``Connection`` and every header it
+names, ``Keep-Alive``, ``TE``, ``Transfer-Encoding``, ``Upgrade``, ``Proxy-Connection`` and the
+``Proxy-*`` authentication pair. Framing (``Content-Length``/``Transfer-Encoding``, RFC 9112 §6)
+is recomputed by whoever writes the next hop, and ``Host`` names the next hop's authority, so
+those are dropped too. HTTP/2 pseudo-headers (``:authority`` …) never cross to an HTTP/1.1 hop.
+"""
+
+from __future__ import annotations
+
+Headers = list[tuple[bytes, bytes]]
+
+# Always dropped when crossing the proxy (lower-case; names arrive lower-cased from both
+# httptools callers and h2).
+HOP_BY_HOP: frozenset[bytes] = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"te",
+        b"transfer-encoding",
+        b"upgrade",
+        b"proxy-connection",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"trailer",
+        b"http2-settings",
+    }
+)
+# Recomputed by the writer of the next hop.
+FRAMING: frozenset[bytes] = frozenset({b"content-length", b"host"})
+DROPPED: frozenset[bytes] = HOP_BY_HOP | FRAMING
+
+
+def connection_tokens(headers: Headers) -> frozenset[bytes]:
+    """The header names listed in ``Connection`` (RFC 9110 §7.6.1), lower-cased."""
+    names: set[bytes] = set()
+    for name, value in headers:
+        if name == b"connection":
+            names.update(t.strip().lower() for t in value.split(b",") if t.strip())
+    return frozenset(names)
+
+
+def end_to_end(headers: Headers) -> Headers:
+    """``headers`` without hop-by-hop, framing, Host and pseudo-headers, order kept.
+
+    Names must already be lower-case. The common case (no ``Connection`` header listing extra
+    names) costs one set lookup per header.
+    """
+    listed = connection_tokens(headers)
+    if listed:
+        drop = DROPPED | listed
+        return [(n, v) for n, v in headers if n not in drop and not n.startswith(b":")]
+    return [(n, v) for n, v in headers if n not in DROPPED and not n.startswith(b":")]
