@@ -1,0 +1,313 @@
+"""``fleetplane up``: the whole fleet on its embedded default (SPEC §1).
+
+Starts, as child processes in their own sessions (so a terminal Ctrl-C reaches only this
+supervisor, which then stops them in order): a control plane on SQLite under ``--workdir``,
+two engine-sims (HTTP/1.1 with dp-size 1; h2c with dp-size 2; both publishing load over ZMQ),
+registers them, and one router subscribed to the control plane. Prints the URLs, a curl line
+and the operator commands, then stays up until Ctrl-C/SIGTERM and stops everything (router,
+engines, control plane), exit 0. A child that dies early stops the fleet with exit 1.
+
+The data plane is started as ``python -m dataplane`` processes: the control plane never
+imports it (ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from controlplane.v1 import contract_pb2, contract_pb2_grpc, load_pb2, load_pb2_grpc
+
+MODEL = "fleetplane-sim"
+# The contract seeded on the very first start of a workdir (store revision 0), so the demo
+# shows injection and refusal at once. Later starts keep whatever the operator made of it.
+SEED_CONTRACT = {"temperature": 1, "top_p": 0.95, "top_k": {"min": 1, "max": 50, "default": 40}}
+START_TIMEOUT_S = 30.0
+STOP_GRACE_S = 10.0
+STATE_FILE = "up-workers.json"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workdir", default="./.fleetplane", help="state directory (SQLite store, logs)")
+    parser.add_argument("--router-port", type=_port, default=8080, help="router HTTP port on 127.0.0.1")
+    parser.add_argument("--control-port", type=_port, default=50051, help="control plane gRPC port")
+    parser.add_argument(
+        "--http-port", type=_port, default=9464, help="control plane /metrics and status page"
+    )
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (0-65535)")
+    return value
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class Fleet:
+    workdir: Path
+    children: list[Child] = field(default_factory=list)
+
+    def start(self, name: str, argv: Sequence[str]) -> Child:
+        log = self.workdir / "logs" / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", *argv],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        child = Child(name, proc, log)
+        self.children.append(child)
+        return child
+
+    def dead(self) -> Child | None:
+        return next((c for c in self.children if c.proc.poll() is not None), None)
+
+    def stop(self, name: str | None = None) -> None:
+        """Stop one child, or all newest first (router, engines, control plane): SIGTERM, then SIGKILL."""
+        for child in reversed(self.children):
+            if (name is None or child.name == name) and child.proc.poll() is None:
+                child.proc.send_signal(signal.SIGTERM)
+                try:
+                    child.proc.wait(STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    child.proc.kill()
+                    child.proc.wait()
+
+
+class StartupError(Exception):
+    """A child did not come up; the message says which and where its log is."""
+
+
+def wait_for_line(child: Child, pattern: str, timeout_s: float = START_TIMEOUT_S) -> re.Match[str]:
+    """Wait until the child's log has a line matching ``pattern`` (its "listening on" line)."""
+    regex = re.compile(pattern)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = child.log.read_text(errors="replace") if child.log.exists() else ""
+        match = regex.search(text)
+        if match:
+            return match
+        if child.proc.poll() is not None:
+            raise StartupError(f"{child.name} exited with {child.proc.returncode}; see {child.log}")
+        time.sleep(0.05)
+    raise StartupError(f"{child.name} did not start within {timeout_s:.0f} s; see {child.log}")
+
+
+def free_port_range(count: int) -> int:
+    """A base port with ``count`` consecutive free ports on 127.0.0.1 (for ZMQ publishers)."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = int(probe.getsockname()[1])
+        if base + count > 65535:
+            continue
+        if all(_port_free(base + i) for i in range(count)):
+            return base
+    raise StartupError("could not find free ports for the load publishers")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def _check_port(flag: str, port: int) -> None:
+    if port and not _port_free(port):
+        raise StartupError(f"{flag} {port}: port is in use; choose a free port")
+
+
+def _engine(fleet: Fleet, name: str, dp_size: int, http2: bool) -> str:
+    # auto: load ports follow the KV events range (SPEC §7): kv base + dp_size .. + 2*dp_size.
+    kv_base = free_port_range(2 * dp_size)
+    argv = [
+        "dataplane.engine.sim",
+        "--listen",
+        "127.0.0.1:0",
+        "--model",
+        MODEL,
+        "--dp-size",
+        str(dp_size),
+        "--kv-events-endpoint",
+        f"tcp://*:{kv_base}",
+        "--load-publish-endpoint",
+        "auto",
+        "--decode-tokens-per-s",
+        "200",
+    ]
+    if http2:
+        argv.append("--http2")
+    child = fleet.start(name, argv)
+    return wait_for_line(child, r"listening on (http://\S+)").group(1)
+
+
+def _register(
+    channel: grpc.Channel, workdir: Path, workers: list[tuple[str, load_pb2.WorkerProtocol]]
+) -> None:
+    stub = load_pb2_grpc.LoadServiceStub(channel)
+    state = workdir / STATE_FILE
+    # Workers of a previous run on this workdir listened on other ports: forget them.
+    if state.exists():
+        for url in json.loads(state.read_text()):
+            with contextlib.suppress(grpc.RpcError):
+                stub.DeregisterWorker(load_pb2.DeregisterWorkerRequest(url=url), timeout=5)
+    for url, protocol in workers:
+        stub.RegisterWorker(load_pb2.RegisterWorkerRequest(url=url, protocol=protocol), timeout=15)
+    state.write_text(json.dumps([url for url, _ in workers]))
+
+
+def _deregister(channel: grpc.Channel, workdir: Path) -> None:
+    state = workdir / STATE_FILE
+    if not state.exists():
+        return
+    stub = load_pb2_grpc.LoadServiceStub(channel)
+    for url in json.loads(state.read_text()):
+        with contextlib.suppress(grpc.RpcError):
+            stub.DeregisterWorker(load_pb2.DeregisterWorkerRequest(url=url), timeout=5)
+    state.unlink()
+
+
+def _seed_contract(channel: grpc.Channel) -> bool:
+    stub = contract_pb2_grpc.ContractServiceStub(channel)
+    listed = stub.ListContracts(contract_pb2.ListContractsRequest(), timeout=5)
+    if listed.revision != 0:
+        return False
+    params = {
+        "temperature": contract_pb2.ParamSpec(exact=1),
+        "top_p": contract_pb2.ParamSpec(exact=0.95),
+        "top_k": contract_pb2.ParamSpec(band=contract_pb2.Band(min=1, max=50, default=40)),
+    }
+    stub.UpdateContract(
+        contract_pb2.UpdateContractRequest(
+            scope="*",
+            params=params,
+            conflict=contract_pb2.CONFLICT_POLICY_REJECT,
+            expected_version=0,
+            allow_missing=True,
+            comment="seeded by fleetplane up",
+        ),
+        timeout=5,
+    )
+    return True
+
+
+def _banner(router: str, control: str, http_port: int, engines: list[str], seeded: bool) -> str:
+    cp = f"--control-plane {control}"
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "Hello!"}]})
+    lines = [
+        "fleetplane is up",
+        f"  router         {router}   (OpenAI-compatible; HTTP/1.1 and h2c)",
+        f"  control plane  {control}   (gRPC: reflection + health)",
+        f"  status page    http://127.0.0.1:{http_port}/   (metrics: /metrics)",
+        *(f"  engine-sim     {url}" for url in engines),
+        "",
+        "Try:",
+        f"  curl -s {router}/v1/chat/completions -H 'content-type: application/json' -d '{body}'",
+        f"  fleetplane contract list {cp}",
+        f"  fleetplane contract set {cp} --scope '*' '{json.dumps(SEED_CONTRACT)}'",
+        f"  fleetplane contract history {cp} --scope '*'",
+        f"  fleetplane workers list {cp}",
+        f"  fleetplane loads --watch {cp}",
+        f"  fleetplane routers {cp}",
+        f"  fleetplane stats {cp}",
+    ]
+    if seeded:
+        lines.insert(6, f"Seeded the fleet-wide contract '*': {json.dumps(SEED_CONTRACT)}")
+    lines += ["", "Ctrl-C stops everything."]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    workdir = Path(args.workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    fleet = Fleet(workdir)
+    stop = threading.Event()
+
+    def on_signal(_signo: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    control = f"127.0.0.1:{args.control_port}"
+    try:
+        _check_port("--control-port", args.control_port)
+        _check_port("--router-port", args.router_port)
+        _check_port("--http-port", args.http_port)
+        cp = fleet.start(
+            "control",
+            [
+                "controlplane",
+                "--listen",
+                control,
+                "--store",
+                f"sqlite:{workdir / 'control.db'}",
+                "--http-listen",
+                f"127.0.0.1:{args.http_port}",
+            ],
+        )
+        wait_for_line(cp, r"listening on")
+        engines = [_engine(fleet, "engine-h1", 1, False), _engine(fleet, "engine-h2c", 2, True)]
+        with grpc.insecure_channel(control) as channel:
+            grpc.channel_ready_future(channel).result(timeout=START_TIMEOUT_S)
+            seeded = _seed_contract(channel)
+            _register(
+                channel,
+                workdir,
+                [(engines[0], load_pb2.WORKER_PROTOCOL_AUTO), (engines[1], load_pb2.WORKER_PROTOCOL_AUTO)],
+            )
+        router = fleet.start(
+            "router",
+            ["dataplane", "--listen", f"127.0.0.1:{args.router_port}", "--control-plane", control],
+        )
+        router_url = wait_for_line(router, r"listening on (http://\S+)").group(1)
+        print(_banner(router_url, control, args.http_port, engines, seeded), flush=True)
+        while not stop.is_set():
+            dead = fleet.dead()
+            if dead is not None:
+                raise StartupError(f"{dead.name} exited with {dead.proc.returncode}; see {dead.log}")
+            time.sleep(0.2)
+        print("stopping…", flush=True)
+        return_code = 0
+    except StartupError as exc:
+        print(f"fleetplane up: {exc}", file=sys.stderr)
+        return_code = 1
+    except grpc.RpcError as exc:
+        print(f"fleetplane up: control plane: {exc.details()}", file=sys.stderr)
+        return_code = 1
+    finally:
+        # Router first so no request is in flight when its workers go away.
+        fleet.stop("router")
+        if fleet.children and fleet.children[0].proc.poll() is None:
+            with contextlib.suppress(grpc.RpcError), grpc.insecure_channel(control) as channel:
+                _deregister(channel, workdir)
+        fleet.stop()
+    return return_code
