@@ -1,0 +1,221 @@
+"""``RouterService`` (SPEC §6): router status reports in, the rollout view and rejection totals out.
+
+State lives in two pure structures (``controlplane.routers``): the rollout board and the rejection
+ledger. Reports update them at once (``ListRouters``/``GetRejectionStats`` see a report as soon
+as it arrives); a background flusher writes what changed to the ``RouterStatsStore`` at most
+once per ``flush_interval_s`` and soon after a report stream ends, so a chatty router costs
+at most one small transaction per second however often it reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import grpc
+import structlog
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from controlplane.contracts import FIELD_BY_NAME
+from controlplane.routers.rejections import RejectionLedger
+from controlplane.routers.rollout import RolloutBoard, RouterRecord
+from controlplane.store.routers import RouterStatsStore, RouterStoreError
+from controlplane.v1 import router_pb2, router_pb2_grpc
+
+log = structlog.get_logger(__name__)
+
+MAX_ID_CHARS = 256
+MAX_APPLY_ERROR_CHARS = 4096
+# A report carries one entry per (scope, param); 8 fields x 1024 scopes is far past any real fleet.
+MAX_REJECTION_ENTRIES = 8192
+
+
+class ReportInvalid(Exception):
+    """A status report that cannot be accepted; the message names the field (INVALID_ARGUMENT)."""
+
+
+def _check_id(name: str, value: str) -> None:
+    if not value:
+        raise ReportInvalid(f"{name}: must not be empty")
+    if len(value) > MAX_ID_CHARS:
+        raise ReportInvalid(f"{name}: longer than {MAX_ID_CHARS} characters")
+
+
+def parse_report(request: router_pb2.ReportRouterStatusRequest) -> dict[tuple[str, str], int]:
+    """Validate one report; returns its counts by (scope, param)."""
+    _check_id("router_id", request.router_id)
+    _check_id("boot_id", request.boot_id)
+    if request.applied_revision < 0:
+        raise ReportInvalid(f"applied_revision: must be >= 0, got {request.applied_revision}")
+    if len(request.apply_error) > MAX_APPLY_ERROR_CHARS:
+        raise ReportInvalid(f"apply_error: longer than {MAX_APPLY_ERROR_CHARS} characters")
+    if len(request.rejections) > MAX_REJECTION_ENTRIES:
+        raise ReportInvalid(f"rejections: more than {MAX_REJECTION_ENTRIES} entries")
+    counts: dict[tuple[str, str], int] = {}
+    for entry in request.rejections:
+        _check_id("rejections.scope", entry.scope)
+        if entry.param not in FIELD_BY_NAME:
+            raise ReportInvalid(
+                f"rejections.param: {entry.param!r} is not a sampling field ({', '.join(FIELD_BY_NAME)})"
+            )
+        if entry.count < 0:
+            raise ReportInvalid(f"rejections.count: must be >= 0, got {entry.count} for {entry.param}")
+        key = (entry.scope, entry.param)
+        counts[key] = max(counts.get(key, 0), entry.count)
+    return counts
+
+
+def _timestamp(unix_s: float) -> Timestamp:
+    ts = Timestamp()
+    ts.FromNanoseconds(int(unix_s * 1e9))
+    return ts
+
+
+class RouterService(router_pb2_grpc.RouterServiceServicer):
+    """The RouterService servicer plus the flusher task it owns (``start``/``stop``)."""
+
+    def __init__(
+        self,
+        store: RouterStatsStore,
+        current_revision: Callable[[], Awaitable[int]],
+        *,
+        flush_interval_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._current_revision = current_revision
+        self._flush_interval_s = flush_interval_s
+        self._clock = clock
+        self._board = RolloutBoard()
+        self._ledger = RejectionLedger()
+        self._wake = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self._failing = False
+
+    async def start(self) -> None:
+        """Load what the store kept and start the flusher."""
+        records, rows = await self._store.load()
+        self._board = RolloutBoard(records)
+        self._ledger = RejectionLedger(rows)
+        self._flusher = asyncio.create_task(self._flush_loop(), name="router-stats-flusher")
+
+    async def stop(self) -> None:
+        """Stop the flusher and write whatever is still pending (call after the server stopped)."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+            self._flusher = None
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Write every changed record and count now; on failure keep them for the next try."""
+        records = self._board.take_dirty()
+        rows = self._ledger.take_dirty()
+        if not records and not rows:
+            return
+        try:
+            await self._store.save(records, rows)
+        except (RouterStoreError, OSError) as exc:
+            self._board.restore_dirty(records)
+            self._ledger.restore_dirty(rows)
+            if not self._failing:  # log once per failure episode
+                log.error("router_stats_write_failed", error=str(exc))
+            self._failing = True
+            return
+        if self._failing:
+            log.info("router_stats_write_recovered")
+        self._failing = False
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self.flush()
+            # Coalesce: whatever arrives meanwhile waits for the next turn.
+            await asyncio.sleep(self._flush_interval_s)
+
+    async def ReportRouterStatus(
+        self,
+        request_iterator: AsyncIterator[router_pb2.ReportRouterStatusRequest],
+        context: grpc.aio.ServicerContext[
+            router_pb2.ReportRouterStatusRequest, router_pb2.ReportRouterStatusResponse
+        ],
+    ) -> router_pb2.ReportRouterStatusResponse:
+        """Take a router's reports for as long as its stream stays open (it is 'connected')."""
+        router_id: str | None = None
+        try:
+            async for request in request_iterator:
+                try:
+                    counts = parse_report(request)
+                    if router_id is not None and request.router_id != router_id:
+                        raise ReportInvalid(
+                            f"router_id: changed within one stream ({router_id!r} -> {request.router_id!r})"
+                        )
+                except ReportInvalid as exc:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                if router_id is None:
+                    router_id = request.router_id
+                    self._board.stream_opened(router_id)
+                    log.info("router_connected", router_id=router_id, boot_id=request.boot_id)
+                self._ledger.observe(request.router_id, request.boot_id, counts)
+                self._board.report(
+                    RouterRecord(
+                        router_id=request.router_id,
+                        boot_id=request.boot_id,
+                        applied_revision=request.applied_revision,
+                        apply_error=request.apply_error,
+                        last_report_unix_s=self._clock(),
+                    )
+                )
+                if self._board.has_dirty() or self._ledger.has_dirty():
+                    self._wake.set()
+        finally:
+            if router_id is not None:
+                self._board.stream_closed(router_id)
+                self._board.touch_dirty(router_id)  # keep the last report time across restarts
+                self._wake.set()
+                log.info("router_disconnected", router_id=router_id)
+        return router_pb2.ReportRouterStatusResponse()
+
+    async def ListRouters(
+        self,
+        request: router_pb2.ListRoutersRequest,
+        context: grpc.aio.ServicerContext[router_pb2.ListRoutersRequest, router_pb2.ListRoutersResponse],
+    ) -> router_pb2.ListRoutersResponse:
+        """The rollout view: each router's applied revision against the store's current one."""
+        current = await self._current_revision()
+        return router_pb2.ListRoutersResponse(
+            current_revision=current,
+            routers=[
+                router_pb2.RouterStatus(
+                    router_id=v.record.router_id,
+                    boot_id=v.record.boot_id,
+                    applied_revision=v.record.applied_revision,
+                    apply_error=v.record.apply_error,
+                    connected=v.connected,
+                    last_report_time=_timestamp(v.record.last_report_unix_s),
+                    up_to_date=v.up_to_date,
+                )
+                for v in self._board.view(current)
+            ],
+        )
+
+    async def GetRejectionStats(
+        self,
+        request: router_pb2.GetRejectionStatsRequest,
+        context: grpc.aio.ServicerContext[
+            router_pb2.GetRejectionStatsRequest, router_pb2.GetRejectionStatsResponse
+        ],
+    ) -> router_pb2.GetRejectionStatsResponse:
+        """Rejection totals over every router and every boot."""
+        totals = self._ledger.totals()
+        return router_pb2.GetRejectionStatsResponse(
+            total=totals.total,
+            by_field=[router_pb2.KeyCount(key=k, count=c) for k, c in totals.by_field],
+            by_scope=[router_pb2.KeyCount(key=k, count=c) for k, c in totals.by_scope],
+            by_router=[router_pb2.KeyCount(key=k, count=c) for k, c in totals.by_router],
+            detail=[router_pb2.RejectionCount(scope=s, param=p, count=c) for s, p, c in totals.detail],
+        )

@@ -1,0 +1,80 @@
+"""A bare gRPC server on 127.0.0.1:0 serving only RouterService over a SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from controlplane.server.router_service import RouterService
+from controlplane.store.routers import SqliteRouterStatsStore
+from controlplane.v1 import router_pb2_grpc
+
+
+@dataclass
+class RouterPlane:
+    """One running RouterService: its address, a stub, and how to stop it."""
+
+    target: str
+    stub: router_pb2_grpc.RouterServiceStub
+    stop: Callable[[], Awaitable[None]]
+
+
+async def start_router_plane(db: Path, revision: list[int], flush_interval_s: float = 0.05) -> RouterPlane:
+    """Serve RouterService over ``db``; ``revision[0]`` is the store's current revision."""
+    store = await SqliteRouterStatsStore.open(db)
+
+    async def current_revision() -> int:
+        return revision[0]
+
+    service = RouterService(store, current_revision, flush_interval_s=flush_interval_s)
+    await service.start()
+    server = grpc.aio.server()
+    router_pb2_grpc.add_RouterServiceServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+
+    stopped = False
+
+    async def stop() -> None:
+        nonlocal stopped
+        if stopped:
+            return
+        stopped = True
+        await channel.close()
+        await server.stop(grace=0.5)
+        await service.stop()
+        await store.close()
+
+    return RouterPlane(f"127.0.0.1:{port}", router_pb2_grpc.RouterServiceStub(channel), stop)
+
+
+@pytest.fixture
+async def plane_factory(tmp_path: Path) -> AsyncIterator[Callable[[list[int]], Awaitable[RouterPlane]]]:
+    """Start RouterService instances over one DB file; every one still running is stopped at the end."""
+    planes: list[RouterPlane] = []
+
+    async def make(revision: list[int]) -> RouterPlane:
+        plane = await start_router_plane(tmp_path / "fleet.db", revision)
+        planes.append(plane)
+        return plane
+
+    yield make
+    for plane in planes:
+        await plane.stop()
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 5.0) -> None:
+    """Poll ``check`` until true; fail after ``timeout_s``."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        if await check():
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        await asyncio.sleep(0.02)
