@@ -1,0 +1,356 @@
+"""HTTP/1.1 upstream: a keep-alive connection pool per worker on ``asyncio.Protocol`` + httptools.
+
+One ``H1Pool`` per worker. A request takes an idle connection (most recently used first) or
+opens one, writes head and body in one go, and returns as soon as the response head is parsed;
+the body is handed over chunk by chunk as ``data_received`` delivers it (SSE events are never
+held back). A connection goes back to the pool when its response is complete and the worker
+allows keep-alive; a connection that failed, timed out or was abandoned is closed, never reused
+(ARCHITECTURE: "a failed connection stays failed").
+
+Failure classes (``dataplane.router.upstream``): a connect failure, or a pooled connection found
+closed before anything was written, is ``UpstreamUnreachable`` (safe to retry elsewhere). Once the
+request bytes are written, a lost connection is ``UpstreamBodyIncomplete`` and the deadline is
+``UpstreamTimeout``: the worker may have acted on the request, so those are never retried.
+
+Idle connections are dropped after ``idle_ttl_s`` (below the usual 5 s server keep-alive) so we
+rarely race a server closing an idle connection while we reuse it. A slow client pauses reading
+from the worker once ``HIGH_WATER`` bytes are buffered (backpressure instead of unbounded memory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections import deque
+from collections.abc import AsyncIterator
+
+import httptools
+
+from dataplane.router.errors import RouterError
+from dataplane.router.headers import DROPPED, Headers
+from dataplane.router.upstream import UpstreamBodyIncomplete, UpstreamTimeout, UpstreamUnreachable
+
+HIGH_WATER = 1 << 20  # pause reading from the worker above this many unsent bytes
+LOW_WATER = 1 << 18
+
+
+class H1Response:
+    """The answer on one connection; implements ``upstream.UpstreamResponse``."""
+
+    __slots__ = ("_chunks", "_conn", "_done", "_error", "_paused", "_size", "_waiter", "headers", "status")
+
+    def __init__(self, conn: _Connection, status: int, headers: Headers) -> None:
+        self.status = status
+        self.headers = headers
+        self._conn = conn
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
+        self._done = False
+        self._error: RouterError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused = False
+
+    # -- fed by the connection -------------------------------------------------------------
+    def _feed(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
+        self._size += len(chunk)
+        if self._size > HIGH_WATER and not self._paused:
+            self._paused = True
+            self._conn.pause_reading()
+        self._wake()
+
+    def _finish(self, error: RouterError | None = None) -> None:
+        if not self._done:
+            self._done = True
+            self._error = error
+            self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- UpstreamResponse ------------------------------------------------------------------
+    def buffered_body(self) -> bytes | None:
+        if not self._done or self._error is not None:
+            return None
+        chunks = self._chunks
+        if len(chunks) == 1:
+            body = chunks.pop()
+        else:
+            body = b"".join(chunks)
+            chunks.clear()
+        self._size = 0
+        return body
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        buf = self._chunks
+        while True:
+            if buf:
+                # Forward whatever has arrived, at once: join what queued up while the client
+                # was being written to (fewer writes, no added delay).
+                chunk = buf.popleft() if len(buf) == 1 else b"".join(buf)
+                buf.clear()
+                self._size = 0
+                if self._paused:
+                    self._paused = False
+                    self._conn.resume_reading()
+                yield chunk
+                continue
+            if self._done:
+                if self._error is not None:
+                    raise self._error
+                return
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def abort(self) -> None:
+        if not self._done:
+            self._done = True
+            self._error = UpstreamBodyIncomplete()
+            self._conn.abort()
+
+
+class _Connection(asyncio.Protocol):
+    """One TCP connection to the worker, carrying one exchange at a time."""
+
+    def __init__(self, pool: H1Pool) -> None:
+        self._pool = pool
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self.lost = False
+        self.idle_since = 0.0
+        # Per exchange:
+        self._head_waiter: asyncio.Future[H1Response] | None = None
+        self._response: H1Response | None = None
+        self._headers: Headers = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._keep_alive = False
+        self._delimited = False  # body length known (Content-Length or chunked)
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(UpstreamBodyIncomplete())
+        except httptools.HttpParserError:
+            self._fail(UpstreamBodyIncomplete())
+
+    def eof_received(self) -> bool:
+        self._on_closed()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._on_closed()
+
+    # -- httptools callbacks ---------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name == b"content-length" or name == b"transfer-encoding":
+            self._delimited = True
+        if name not in DROPPED:
+            self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:  # interim answer (RFC 9110 §15.2): the final one follows
+            self._headers = []
+            return
+        self._keep_alive = self._parser.should_keep_alive()
+        headers = self._headers
+        self._headers = []
+        response = H1Response(self, status, headers)
+        self._response = response
+        waiter = self._head_waiter
+        self._head_waiter = None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(response)
+
+    def on_body(self, body: bytes) -> None:
+        if self._response is not None:
+            self._response._feed(body)
+
+    def on_message_complete(self) -> None:
+        response = self._response
+        if response is None:  # end of an interim (1xx) message
+            return
+        self._response = None
+        self._delimited = False
+        self._cancel_timer()
+        response._finish()
+        if self._keep_alive and not self.lost:
+            self._pool._release(self)
+        else:
+            self.close()
+
+    # -- exchange --------------------------------------------------------------------------
+    async def send(self, data: tuple[bytes, bytes], deadline: float) -> H1Response:
+        transport = self._transport
+        if self.lost or transport is None or transport.is_closing():
+            self.close()
+            raise UpstreamUnreachable()
+        waiter: asyncio.Future[H1Response] = self._loop.create_future()
+        self._head_waiter = waiter
+        self._timer = self._loop.call_at(deadline, self._on_timeout)
+        transport.writelines(data)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            # The caller gave up before the head arrived (client went away): the connection
+            # is mid-exchange, so it cannot be reused.
+            self.abort()
+            raise
+
+    def pause_reading(self) -> None:
+        if self._transport is not None and not self.lost:
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._transport is not None and not self.lost:
+            self._transport.resume_reading()
+
+    def abort(self) -> None:
+        """Close at once without reuse (RFC 9112 §9.6: the only way to cancel an h1 exchange)."""
+        self._cancel_timer()
+        self.lost = True
+        if self._transport is not None:
+            self._transport.abort()
+
+    def close(self) -> None:
+        self._cancel_timer()
+        self.lost = True
+        if self._transport is not None:
+            self._transport.close()
+
+    def _on_timeout(self) -> None:
+        self._timer = None
+        self._fail(UpstreamTimeout())
+
+    def _fail(self, error: RouterError) -> None:
+        waiter, self._head_waiter = self._head_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(error)
+        response, self._response = self._response, None
+        if response is not None:
+            response._finish(error)
+        self.abort()
+
+    def _on_closed(self) -> None:
+        if self.lost and self._head_waiter is None and self._response is None:
+            return
+        self.lost = True
+        self._pool._forget(self)
+        if self._response is not None and not self._delimited:
+            # A body delimited by the end of the connection (RFC 9112 §6.3 rule 8) is complete.
+            response, self._response = self._response, None
+            self._cancel_timer()
+            response._finish()
+            return
+        if self._head_waiter is not None or self._response is not None:
+            self._fail(UpstreamBodyIncomplete())
+        else:
+            self.close()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+class H1Pool:
+    """Keep-alive HTTP/1.1 connections to one worker; implements ``upstream.UpstreamPool``."""
+
+    protocol = "http1"
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        max_idle: int = 256,
+        idle_ttl_s: float = 2.0,
+        connect_timeout_s: float = 5.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self._host_line = b"\r\nhost: " + authority.encode("ascii")
+        self._max_idle = max_idle
+        self._idle_ttl_s = idle_ttl_s
+        self._connect_timeout_s = connect_timeout_s
+        self._idle: list[_Connection] = []
+        self._closed = False
+
+    async def request(
+        self,
+        method: bytes,
+        path: bytes,
+        headers: Headers,
+        body: bytes,
+        *,
+        timeout_s: float,
+    ) -> H1Response:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        deadline = now + timeout_s
+        conn = self._checkout(now)
+        if conn is None:
+            conn = await self._connect(loop, min(self._connect_timeout_s, timeout_s))
+        parts = [method, b" ", path, b" HTTP/1.1", self._host_line]
+        if body or method != b"GET":
+            parts.append(b"\r\ncontent-length: %d" % len(body))
+        for name, value in headers:
+            parts += (b"\r\n", name, b": ", value)
+        parts.append(b"\r\n\r\n")
+        return await conn.send((b"".join(parts), body), deadline)
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    # -- internals -------------------------------------------------------------------------
+    def _checkout(self, now: float) -> _Connection | None:
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if not conn.lost and now - conn.idle_since < self._idle_ttl_s:
+                return conn
+            conn.close()
+        return None
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> _Connection:
+        if self._closed:
+            raise UpstreamUnreachable()
+        try:
+            async with asyncio.timeout(timeout_s):
+                _, conn = await loop.create_connection(lambda: _Connection(self), self.host, self.port)
+        except (OSError, TimeoutError) as exc:
+            raise UpstreamUnreachable() from exc
+        return conn
+
+    def _release(self, conn: _Connection) -> None:
+        if self._closed or len(self._idle) >= self._max_idle:
+            conn.close()
+            return
+        conn.idle_since = conn._loop.time()
+        self._idle.append(conn)
+
+    def _forget(self, conn: _Connection) -> None:
+        with contextlib.suppress(ValueError):
+            self._idle.remove(conn)
