@@ -1,0 +1,195 @@
+"""The ZMQ ingest (adapter): one SUB socket per (worker, dp rank), SPEC §7.
+
+Every socket's ``ZMQ_FD`` is watched by the event loop itself (``loop.add_reader``) and
+drained without blocking when it signals: no task, future or poller object per socket
+or per message, which is what made a task-per-socket ``zmq.asyncio`` design the more
+expensive one at a thousand sockets (``bench/load_ingest.py``). The FD is edge-triggered
+(libzmq signals "something changed", not "readable"), so a drain always runs until
+``EAGAIN``; if it stops early to let other callbacks run, it reschedules itself.
+
+Frames are decoded with the shared codec and accounted in the pure ``LoadTable``;
+malformed ones are counted and dropped, logged once per episode: the ingest never dies on
+bad input. ``zmq.ZMQError`` never leaves this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import structlog
+import zmq
+
+from controlplane.load import metrics
+from controlplane.load.table import FrameOutcome, LoadTable, RankState
+from controlplane.load.wire import WireError, decode_frame
+
+log = structlog.get_logger(__name__)
+
+# A rank publishes a few frames a second; 128 queued frames is seconds of backlog. Past
+# it, libzmq drops new frames, which then show up as sequence gaps (counted).
+RCVHWM = 128
+# Bigger frames than this make libzmq drop the connection (it reconnects) instead of
+# buffering them: a hostile or broken peer cannot make us allocate without bound. Frames
+# up to this size are received and refused by the codec (counted as malformed).
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+# Frames handled per drain before yielding to the loop (fairness between sockets).
+DRAIN_BUDGET = 64
+# Reconnect backoff as in sgl-router's subscriber: 100 ms doubling to a 2 s cap.
+RECONNECT_IVL_MS = 100
+RECONNECT_IVL_MAX_MS = 2000
+# ZMTP heartbeats detect a silently dead engine host and trigger the reconnect.
+HEARTBEAT_IVL_MS = 1000
+HEARTBEAT_TIMEOUT_MS = 3000
+
+
+class SubscribeError(ValueError):
+    """An endpoint libzmq refused to connect to."""
+
+
+@dataclass(slots=True, eq=False)
+class _Subscription:
+    rank: RankState
+    sock: zmq.Socket[bytes]
+    fd: int
+    closed: bool = False
+
+
+class LoadSubscriber:
+    """Owns the ZMQ context and every SUB socket; feeds frames into ``table``.
+
+    ``on_change`` is called (synchronously, cheaply) after each drain that accounted at
+    least one frame, so the watch hub knows a push is due. Must be created and used on
+    the running event loop's thread.
+    """
+
+    def __init__(
+        self,
+        table: LoadTable,
+        on_change: Callable[[], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        rcvhwm: int = RCVHWM,
+    ) -> None:
+        self._table = table
+        self._on_change = on_change
+        self._clock = clock
+        self._rcvhwm = rcvhwm
+        self._loop = asyncio.get_running_loop()
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context(io_threads=1)
+        self._subs: dict[str, list[_Subscription]] = {}
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def subscribe(self, url: str, ranks: Sequence[RankState], topic: bytes) -> None:
+        """(Re)connect ``url``'s ranks: its previous sockets are closed first."""
+        self.unsubscribe(url)
+        subs: list[_Subscription] = []
+        try:
+            for rank in ranks:
+                subs.append(self._open(rank, topic))
+        except zmq.ZMQError as exc:
+            for sub in subs:
+                self._close(sub)
+            raise SubscribeError(f"cannot subscribe to {rank.endpoint}: {exc}") from None
+        self._subs[url] = subs
+        metrics.LOAD_SUBSCRIPTIONS.inc(len(subs))
+        for sub in subs:
+            # Frames may already be queued, and the edge-triggered FD would not say so.
+            self._loop.call_soon(self._drain, sub)
+
+    def unsubscribe(self, url: str) -> int:
+        """Close ``url``'s sockets; returns how many were closed."""
+        subs = self._subs.pop(url, [])
+        for sub in subs:
+            self._close(sub)
+        metrics.LOAD_SUBSCRIPTIONS.dec(len(subs))
+        return len(subs)
+
+    def socket_count(self, url: str | None = None) -> int:
+        if url is not None:
+            return len(self._subs.get(url, ()))
+        return sum(len(subs) for subs in self._subs.values())
+
+    def close(self) -> None:
+        for url in list(self._subs):
+            self.unsubscribe(url)
+        self._ctx.term()
+
+    def _open(self, rank: RankState, topic: bytes) -> _Subscription:
+        sock: zmq.Socket[bytes] = self._ctx.socket(zmq.SUB)
+        try:
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVHWM, self._rcvhwm)
+            sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+            sock.setsockopt(zmq.IPV6, 1)
+            sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
+            sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+            sock.setsockopt(zmq.SUBSCRIBE, topic)
+            sock.connect(rank.endpoint)
+        except zmq.ZMQError:
+            sock.close(linger=0)
+            raise
+        fd = int(sock.getsockopt(zmq.FD))
+        sub = _Subscription(rank=rank, sock=sock, fd=fd)
+        self._loop.add_reader(fd, self._drain, sub)
+        return sub
+
+    def _close(self, sub: _Subscription) -> None:
+        if sub.closed:
+            return
+        sub.closed = True
+        # Remove the reader before closing: the FD number may be reused at once.
+        self._loop.remove_reader(sub.fd)
+        sub.sock.close(linger=0)
+
+    # -- the hot path -------------------------------------------------------------------
+
+    def _drain(self, sub: _Subscription) -> None:
+        if sub.closed:
+            return
+        recv = sub.sock.recv_multipart
+        rank = sub.rank
+        table = self._table
+        handled = 0
+        try:
+            while handled < DRAIN_BUDGET:
+                try:
+                    frames = recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    return
+                handled += 1
+                try:
+                    seq, stat = decode_frame(frames)
+                except WireError as exc:
+                    metrics.FRAMES_BY_OUTCOME[FrameOutcome.MALFORMED].inc()
+                    if table.record_malformed(rank):
+                        log.warning(
+                            "malformed load frame (dropping; logged once until a good frame)",
+                            worker=rank.worker_url,
+                            dp_rank=rank.dp_rank,
+                            endpoint=rank.endpoint,
+                            error=str(exc),
+                        )
+                    continue
+                before = rank.dropped_frames
+                outcome = table.record_frame(rank, seq, stat, self._clock())
+                metrics.FRAMES_BY_OUTCOME[outcome].inc()
+                if outcome is FrameOutcome.GAP:
+                    metrics.LOAD_DROPPED_FRAMES.inc(rank.dropped_frames - before)
+            # Budget spent with frames possibly left: the FD will not signal again for them.
+            self._loop.call_soon(self._drain, sub)
+        except zmq.ZMQError as exc:
+            # Never raise into the loop: a socket error here means the socket is unusable;
+            # close it so the loop stops polling it (re-registration reopens it).
+            log.error(
+                "load subscription failed", worker=rank.worker_url, dp_rank=rank.dp_rank, error=str(exc)
+            )
+            self._close(sub)
+        finally:
+            if handled:
+                self._on_change()

@@ -1,0 +1,300 @@
+"""The load table (pure): per-rank frame accounting, per-worker sums and freshness (SPEC §6, §7).
+
+No I/O and no clock of its own: every call that depends on time takes ``now`` (monotonic
+seconds), so freshness is tested with an injected clock. The ZMQ adapter
+(``subscriber.py``) feeds it decoded frames; the watch hub (``hub.py``) asks it which
+workers changed since the last push.
+
+Sequence rules (SPEC §7): the first frame of a subscription sets the baseline; a forward
+jump counts the skipped frames as dropped; a sequence that does not advance means the
+publisher restarted (its counter starts again at 0), which resets the baseline without
+counting drops (frames a new publisher sent before we reconnected were never ours).
+
+Change detection for deltas: a worker is *changed* when it received a frame (good or
+malformed), when the freshness of any of its ranks changed, or when its registration
+changed. Every frame counts, not only changed values: a heartbeat is a newer observation,
+and routers add their own in-flight count "since the last view" (SPEC §7).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from controlplane.load.wire import LoadStat
+
+
+class Freshness(enum.IntEnum):
+    """Numbered as the protobuf ``Freshness`` enum so conversion is an int cast."""
+
+    UNKNOWN = 1
+    FRESH = 2
+    STALE = 3
+
+
+class FrameOutcome(enum.Enum):
+    """What one received frame did to its rank (the ``outcome`` label of the frame counter)."""
+
+    OK = "ok"
+    GAP = "gap"
+    RESTART = "restart"
+    MALFORMED = "malformed"
+
+
+@dataclass(slots=True, eq=False)
+class RankState:
+    """Mutable accounting of one (worker, dp rank) subscription."""
+
+    worker_url: str
+    dp_rank: int
+    endpoint: str
+    stat: LoadStat | None = None
+    seq: int = -1
+    last_rx: float | None = None
+    dropped_frames: int = 0
+    publisher_restarts: int = 0
+    frames_received: int = 0
+    malformed_frames: int = 0
+    freshness: Freshness = Freshness.UNKNOWN
+    # False until the first frame after (re)subscribing: that frame only sets the baseline.
+    has_baseline: bool = False
+    # True while malformed frames keep arriving without a good one (log once per episode).
+    in_malformed_episode: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RankView:
+    """One rank as shown to watchers."""
+
+    dp_rank: int
+    endpoint: str
+    num_running_reqs: int
+    num_waiting_reqs: int
+    num_tokens: int
+    max_total_num_tokens: int
+    seq: int
+    age_s: float
+    dropped_frames: int
+    publisher_restarts: int
+    freshness: Freshness
+    frames_received: int
+    malformed_frames: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerView:
+    """One worker summed over its ranks."""
+
+    url: str
+    num_running_reqs: int
+    num_waiting_reqs: int
+    num_tokens: int
+    max_total_num_tokens: int
+    freshness: Freshness
+    age_s: float
+    ranks: tuple[RankView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """Workers changed and removed since the previous ``take_changes``."""
+
+    changed: tuple[WorkerView, ...]
+    removed: tuple[str, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.changed or self.removed)
+
+
+@dataclass(slots=True)
+class _Worker:
+    url: str
+    ranks: list[RankState] = field(default_factory=list)
+
+
+class LoadTable:
+    """Every registered worker's ranks; the single owner of load state in the control plane."""
+
+    def __init__(self, stale_after_s: float) -> None:
+        if stale_after_s <= 0:
+            raise ValueError(f"stale_after_s must be > 0, got {stale_after_s}")
+        self.stale_after_s = stale_after_s
+        self._workers: dict[str, _Worker] = {}
+        self._dirty: set[str] = set()
+        self._removed: set[str] = set()
+
+    # -- registration -------------------------------------------------------------------
+
+    def set_worker(self, url: str, endpoints: Sequence[str]) -> list[RankState]:
+        """Add or update a worker; returns its rank states (index = dp rank).
+
+        A rank whose endpoint is unchanged keeps its state and counters (a re-registration
+        reconnects, so its next frame only re-sets the baseline); a rank whose endpoint
+        changed starts over as UNKNOWN.
+        """
+        old = self._workers.get(url)
+        previous = {r.dp_rank: r for r in old.ranks} if old is not None else {}
+        ranks: list[RankState] = []
+        for dp_rank, endpoint in enumerate(endpoints):
+            kept = previous.get(dp_rank)
+            if kept is not None and kept.endpoint == endpoint:
+                kept.has_baseline = False
+                ranks.append(kept)
+            else:
+                ranks.append(RankState(worker_url=url, dp_rank=dp_rank, endpoint=endpoint))
+        self._workers[url] = _Worker(url=url, ranks=ranks)
+        self._removed.discard(url)
+        self._dirty.add(url)
+        return ranks
+
+    def remove_worker(self, url: str) -> bool:
+        """Forget a worker; it is reported in the next ``take_changes().removed``."""
+        if self._workers.pop(url, None) is None:
+            return False
+        self._dirty.discard(url)
+        self._removed.add(url)
+        return True
+
+    def urls(self) -> list[str]:
+        return sorted(self._workers)
+
+    def __contains__(self, url: object) -> bool:
+        return url in self._workers
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    # -- ingest (called once per frame: keep it cheap) ------------------------------------
+
+    def record_frame(self, rank: RankState, seq: int, stat: LoadStat, now: float) -> FrameOutcome:
+        """Account one well-formed frame of ``rank``."""
+        outcome = FrameOutcome.OK
+        if rank.has_baseline:
+            expected = rank.seq + 1
+            if seq > expected:
+                rank.dropped_frames += seq - expected
+                outcome = FrameOutcome.GAP
+            elif seq < expected:
+                rank.publisher_restarts += 1
+                outcome = FrameOutcome.RESTART
+        rank.has_baseline = True
+        rank.seq = seq
+        rank.stat = stat
+        rank.last_rx = now
+        rank.frames_received += 1
+        rank.freshness = Freshness.FRESH
+        rank.in_malformed_episode = False
+        self._dirty.add(rank.worker_url)
+        return outcome
+
+    def record_malformed(self, rank: RankState) -> bool:
+        """Count a malformed frame; True when it starts a new episode (the one to log)."""
+        rank.malformed_frames += 1
+        self._dirty.add(rank.worker_url)
+        starts = not rank.in_malformed_episode
+        rank.in_malformed_episode = True
+        return starts
+
+    # -- time ---------------------------------------------------------------------------
+
+    def refresh(self, now: float) -> int:
+        """Re-evaluate freshness at ``now``; marks workers whose ranks changed state.
+
+        Returns how many ranks went stale (the periodic tick that pushes STALE even when
+        no frame arrives, SPEC §6).
+        """
+        deadline = now - self.stale_after_s
+        went_stale = 0
+        for worker in self._workers.values():
+            for rank in worker.ranks:
+                if rank.freshness is Freshness.FRESH and rank.last_rx is not None and rank.last_rx < deadline:
+                    rank.freshness = Freshness.STALE
+                    self._dirty.add(worker.url)
+                    went_stale += 1
+        return went_stale
+
+    # -- views --------------------------------------------------------------------------
+
+    def take_changes(self, now: float) -> Changes:
+        """Views of the workers changed since the last call, and the URLs removed."""
+        self.refresh(now)
+        changed = tuple(self._view(self._workers[url], now) for url in sorted(self._dirty))
+        removed = tuple(sorted(self._removed))
+        self._dirty.clear()
+        self._removed.clear()
+        return Changes(changed=changed, removed=removed)
+
+    def view(self, url: str, now: float) -> WorkerView | None:
+        worker = self._workers.get(url)
+        return None if worker is None else self._view(worker, now)
+
+    def views(self, now: float, urls: Iterable[str] | None = None) -> list[WorkerView]:
+        """Every worker (or those of ``urls`` that exist), sorted by URL."""
+        wanted = sorted(self._workers) if urls is None else sorted(u for u in urls if u in self._workers)
+        return [self._view(self._workers[u], now) for u in wanted]
+
+    def _view(self, worker: _Worker, now: float) -> WorkerView:
+        deadline = now - self.stale_after_s
+        ranks = []
+        running = waiting = tokens = capacity = 0
+        oldest = 0.0
+        any_unknown = any_stale = False
+        for rank in worker.ranks:
+            freshness = _freshness(rank, deadline)
+            stat = rank.stat
+            if stat is not None:
+                running += stat.num_running_reqs
+                waiting += stat.num_waiting_reqs
+                tokens += stat.num_tokens
+                capacity += stat.max_total_num_tokens
+            age = 0.0 if rank.last_rx is None else max(0.0, now - rank.last_rx)
+            oldest = max(oldest, age)
+            any_unknown |= freshness is Freshness.UNKNOWN
+            any_stale |= freshness is Freshness.STALE
+            ranks.append(
+                RankView(
+                    dp_rank=rank.dp_rank,
+                    endpoint=rank.endpoint,
+                    num_running_reqs=0 if stat is None else stat.num_running_reqs,
+                    num_waiting_reqs=0 if stat is None else stat.num_waiting_reqs,
+                    num_tokens=0 if stat is None else stat.num_tokens,
+                    max_total_num_tokens=0 if stat is None else stat.max_total_num_tokens,
+                    seq=rank.seq,
+                    age_s=age,
+                    dropped_frames=rank.dropped_frames,
+                    publisher_restarts=rank.publisher_restarts,
+                    freshness=freshness,
+                    frames_received=rank.frames_received,
+                    malformed_frames=rank.malformed_frames,
+                )
+            )
+        return WorkerView(
+            url=worker.url,
+            num_running_reqs=running,
+            num_waiting_reqs=waiting,
+            num_tokens=tokens,
+            max_total_num_tokens=capacity,
+            freshness=worker_freshness(any_unknown=any_unknown, any_stale=any_stale, ranks=len(ranks)),
+            age_s=oldest,
+            ranks=tuple(ranks),
+        )
+
+
+def _freshness(rank: RankState, deadline: float) -> Freshness:
+    if rank.last_rx is None:
+        return Freshness.UNKNOWN
+    return Freshness.FRESH if rank.last_rx >= deadline else Freshness.STALE
+
+
+def worker_freshness(*, any_unknown: bool, any_stale: bool, ranks: int) -> Freshness:
+    """FRESH only while every rank is fresh (SPEC §7); a silent rank makes the worker STALE.
+
+    A worker without load endpoints, or with a rank that never sent a frame, is UNKNOWN:
+    routers then fall back to their own in-flight counts.
+    """
+    if any_stale:
+        return Freshness.STALE
+    if any_unknown or ranks == 0:
+        return Freshness.UNKNOWN
+    return Freshness.FRESH

@@ -1,0 +1,167 @@
+"""The ZMQ ingest over loopback: raw PUB sockets send good and bad frames to LoadSubscriber."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from controlplane.load.subscriber import LoadSubscriber
+from controlplane.load.table import Freshness, LoadTable
+from controlplane.load.wire import LoadStat, encode_frame
+
+URL = "http://127.0.0.1:9001"
+
+
+class Pub:
+    """A raw PUB socket bound on a free loopback port."""
+
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+        self.sock = ctx.socket(zmq.PUB)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind("tcp://127.0.0.1:*")
+        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.seq = 0
+
+    def send(self, stat: LoadStat, seq: int | None = None) -> None:
+        if seq is not None:
+            self.seq = seq
+        self.sock.send_multipart(encode_frame(self.seq, stat))
+        self.seq += 1
+
+    def send_raw(self, frames: list[bytes]) -> None:
+        self.sock.send_multipart(frames)
+
+
+@pytest.fixture
+def ctx() -> zmq.Context[zmq.Socket[bytes]]:
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    yield context  # type: ignore[misc]
+    context.destroy(linger=0)
+
+
+@pytest.fixture
+async def ingest() -> AsyncIterator[tuple[LoadTable, LoadSubscriber, list[int]]]:
+    table = LoadTable(stale_after_s=3.0)
+    wakeups: list[int] = []
+    sub = LoadSubscriber(table, lambda: wakeups.append(1))
+    yield table, sub, wakeups
+    sub.close()
+
+
+async def until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+async def connect(pub: Pub, table: LoadTable, url: str = URL) -> None:
+    """Send heartbeats until the SUB is connected (ZMQ's slow joiner drops the first ones)."""
+    deadline = time.monotonic() + 5.0
+    while (view := table.view(url, time.monotonic())) is None or view.ranks[0].frames_received == 0:
+        assert time.monotonic() < deadline, "subscriber never received a frame"
+        pub.send(LoadStat(0, 0, 0, 0, 0))
+        await asyncio.sleep(0.02)
+
+
+async def test_frames_reach_the_table(
+    ctx: zmq.Context[zmq.Socket[bytes]], ingest: tuple[LoadTable, LoadSubscriber, list[int]]
+) -> None:
+    """A frame published on a rank's endpoint updates that rank and wakes the hub."""
+    table, sub, wakeups = ingest
+    pubs = [Pub(ctx), Pub(ctx)]
+    sub.subscribe(URL, table.set_worker(URL, [p.endpoint for p in pubs]), b"load")
+    for p in pubs:
+        await connect(p, table)
+    pubs[0].send(LoadStat(3, 1, 100, 1000, 0))
+    pubs[1].send(LoadStat(4, 2, 200, 1000, 1))
+    await until(lambda: table.view(URL, time.monotonic()).num_running_reqs == 7)  # type: ignore[union-attr]
+    view = table.view(URL, time.monotonic())
+    assert view is not None and view.freshness is Freshness.FRESH
+    assert (view.num_waiting_reqs, view.num_tokens, view.max_total_num_tokens) == (3, 300, 2000)
+    assert wakeups
+
+
+async def test_garbage_is_counted_and_valid_frames_still_flow(
+    ctx: zmq.Context[zmq.Socket[bytes]], ingest: tuple[LoadTable, LoadSubscriber, list[int]]
+) -> None:
+    """Wrong frame count, bad msgpack, wrong tag, short seq and huge frames are counted; good ones pass."""
+    table, sub, _ = ingest
+    pub = Pub(ctx)
+    (rank,) = table.set_worker(URL, [pub.endpoint])
+    sub.subscribe(URL, [rank], b"load")
+    await connect(pub, table)
+    seq = b"\x00" * 7 + b"\x09"
+    garbage = [
+        [b"load", seq],
+        [b"load", seq, b"\xc1\xc1"],
+        [b"load", seq, b"\x96\xa8NotAStat\x01\x02\x03\x04\xc0"],
+        [b"load", b"\x01", b"\x96"],
+        [b"load", seq, b"\x00" * 2_000_000],
+        [b"load", seq, b"x", b"extra"],
+    ]
+    for frames in garbage:
+        pub.send_raw(frames)
+    pub.send(LoadStat(9, 9, 9, 9, 0))
+    await until(lambda: rank.stat is not None and rank.stat.num_running_reqs == 9)
+    assert rank.malformed_frames == len(garbage)
+    assert sub.socket_count(URL) == 1
+
+
+async def test_gap_and_restart_are_counted(
+    ctx: zmq.Context[zmq.Socket[bytes]], ingest: tuple[LoadTable, LoadSubscriber, list[int]]
+) -> None:
+    """A skipped sequence range counts as dropped; seq going back to 0 counts a restart."""
+    table, sub, _ = ingest
+    pub = Pub(ctx)
+    (rank,) = table.set_worker(URL, [pub.endpoint])
+    sub.subscribe(URL, [rank], b"load")
+    await connect(pub, table)
+    pub.send(LoadStat(1, 0, 0, 0, 0), seq=100)
+    pub.send(LoadStat(2, 0, 0, 0, 0), seq=105)
+    pub.send(LoadStat(3, 0, 0, 0, 0), seq=0)
+    await until(lambda: rank.stat is not None and rank.stat.num_running_reqs == 3)
+    assert rank.publisher_restarts == 1
+    assert rank.dropped_frames >= 4  # 101..104, plus whatever the connect loop skipped
+
+
+async def test_unsubscribe_closes_sockets(
+    ctx: zmq.Context[zmq.Socket[bytes]], ingest: tuple[LoadTable, LoadSubscriber, list[int]]
+) -> None:
+    """Unsubscribing closes the worker's sockets: the publisher sees its subscriber disconnect."""
+    table, sub, _ = ingest
+    pub = Pub(ctx)
+    monitor = pub.sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
+    sub.subscribe(URL, table.set_worker(URL, [pub.endpoint]), b"load")
+    await connect(pub, table)
+    assert sub.unsubscribe(URL) == 1 and sub.socket_count() == 0
+    events: list[int] = []
+    deadline = time.monotonic() + 5.0
+    while zmq.EVENT_DISCONNECTED not in events:
+        assert time.monotonic() < deadline, f"no disconnect seen: {events}"
+        if monitor.poll(10):
+            events.append(recv_monitor_message(monitor)["event"])
+        await asyncio.sleep(0)
+    pub.sock.disable_monitor()
+    monitor.close(linger=0)
+
+
+async def test_many_frames_are_drained_across_budgets(
+    ctx: zmq.Context[zmq.Socket[bytes]], ingest: tuple[LoadTable, LoadSubscriber, list[int]]
+) -> None:
+    """A burst bigger than one drain budget is fully consumed (the edge-triggered FD is re-polled)."""
+    table, sub, _ = ingest
+    pub = Pub(ctx)
+    (rank,) = table.set_worker(URL, [pub.endpoint])
+    sub.subscribe(URL, [rank], b"load")
+    await connect(pub, table)
+    start = rank.frames_received
+    for i in range(100):
+        pub.send(LoadStat(i, 0, 0, 0, 0))
+    await until(lambda: rank.frames_received - start == 100)
+    assert rank.dropped_frames == 0
