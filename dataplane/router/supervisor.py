@@ -1,0 +1,183 @@
+"""``--processes N``: N full router processes on one port, supervised (SPEC §1).
+
+The supervisor does no request work. It starts N children (each ``python -m dataplane`` with
+``--processes 1`` and ``REUSE_PORT_ENV`` set, so each binds the same address with SO_REUSEPORT and
+the kernel spreads connections), restarts a child that dies unexpectedly (with backoff, so a
+child crashing at startup does not spin), and on SIGTERM/SIGINT forwards SIGTERM to every child
+(each stops accepting and finishes its in-flight requests up to its grace period), waits for them,
+SIGKILLs any still alive after ``grace_s`` plus a margin, and exits 0.
+
+No orphans: children get PR_SET_PDEATHSIG (Linux), so they receive SIGTERM even if the supervisor
+itself is killed with SIGKILL.
+
+A port of 0 is resolved once here, by binding a SO_REUSEPORT socket that is kept (never listening,
+so it takes no connections) for the supervisor's lifetime: every child, and every restarted child,
+then binds the same concrete port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+REUSE_PORT_ENV = "FLEETPLANE_ROUTER_REUSE_PORT"
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(slots=True)
+class RestartBackoff:
+    """Restart delays (pure): doubling from ``base_s`` up to ``max_s``; a child that stayed up for
+    ``stable_after_s`` counts as healthy again and its next crash restarts at ``base_s``."""
+
+    base_s: float = 0.1
+    max_s: float = 5.0
+    stable_after_s: float = 10.0
+    crashes: int = 0
+
+    def delay_after_exit(self, ran_for_s: float) -> float:
+        if ran_for_s >= self.stable_after_s:
+            self.crashes = 0
+        delay = min(self.base_s * (1 << min(self.crashes, 20)), self.max_s)
+        self.crashes += 1
+        return delay
+
+
+def reserve_port(host: str, port: int) -> tuple[socket.socket, int]:
+    """Bind ``host:port`` with SO_REUSEPORT (not listening) to fix the port children will share."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock, int(sock.getsockname()[1])
+
+
+def child_argv(argv: Sequence[str], listen: str) -> list[str]:
+    """The child's arguments: ``argv`` with ``--processes`` forced to 1 and ``--listen`` made concrete."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--processes", "--listen"):
+            skip = True
+            continue
+        if arg.startswith(("--processes=", "--listen=")):
+            continue
+        out.append(arg)
+    return [*out, "--processes", "1", "--listen", listen]
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: ask the kernel for SIGTERM when the supervisor
+    # dies, and cover the race where it already died.
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:
+        os._exit(0)
+
+
+class Supervisor:
+    """Runs and supervises the children until a stop signal; then drains them."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        processes: int,
+        *,
+        grace_s: float,
+        backoff: RestartBackoff | None = None,
+    ) -> None:
+        self._argv = list(argv)  # complete command of one child
+        self._processes = processes
+        self._grace_s = grace_s
+        self._backoffs = [backoff or RestartBackoff() for _ in range(processes)]
+        self._children: list[asyncio.subprocess.Process | None] = [None] * processes
+        self._stopping = asyncio.Event()
+        self.restarts = 0
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stopping.set)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for slot in range(self._processes):
+                    tg.create_task(self._keep(slot))
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+        return 0
+
+    async def _spawn(self) -> asyncio.subprocess.Process:
+        env = dict(os.environ)
+        env[REUSE_PORT_ENV] = "1"
+        env.pop("FLEETPLANE_PROCESSES", None)
+        return await asyncio.create_subprocess_exec(
+            *self._argv, env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
+        )
+
+    async def _keep(self, slot: int) -> None:
+        """Keep one child slot filled until stopping, then drain it."""
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            while not self._stopping.is_set():
+                started = time.monotonic()
+                proc = await self._spawn()
+                self._children[slot] = proc
+                waited = asyncio.ensure_future(proc.wait())
+                await asyncio.wait({waited, stop}, return_when=asyncio.FIRST_COMPLETED)
+                if self._stopping.is_set():
+                    await self._drain(proc, waited)
+                    return
+                delay = self._backoffs[slot].delay_after_exit(time.monotonic() - started)
+                log.warning("router process exited; restarting", code=proc.returncode, delay_s=delay)
+                self.restarts += 1
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await self._stopping.wait()
+        finally:
+            stop.cancel()
+
+    async def _drain(self, proc: asyncio.subprocess.Process, waited: asyncio.Future[int]) -> None:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(self._grace_s + 5.0):
+                await waited
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await waited
+
+
+def run_supervised(
+    argv: Sequence[str], processes: int, listen_host: str, listen_port: int, grace_s: float
+) -> int:
+    """Entry for ``python -m dataplane --processes N`` (N > 1): blocks until stopped, returns 0."""
+    reservation, port = reserve_port(listen_host, listen_port)
+    host = f"[{listen_host}]" if ":" in listen_host else listen_host
+    command = [sys.executable, "-m", "dataplane", *child_argv(argv, f"{host}:{port}")]
+    print(f"fleetplane router supervisor: {processes} processes on http://{host}:{port}", flush=True)
+    try:
+        return asyncio.run(Supervisor(command, processes, grace_s=grace_s).run())
+    finally:
+        reservation.close()
