@@ -33,6 +33,8 @@ class BadRequest(RouterError):
 
 class SamplingContractViolation(RouterError):
     status, code = 400, "sampling_contract_violation"
+    # Every violated field in SPEC §2 order (each is counted, §3.3); ``param`` is the first.
+    violated: tuple[str, ...] = ()
 
 
 class PayloadTooLarge(RouterError):
