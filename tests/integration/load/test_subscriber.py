@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 import zmq
@@ -12,29 +12,10 @@ from zmq.utils.monitor import recv_monitor_message
 
 from controlplane.load.subscriber import LoadSubscriber
 from controlplane.load.table import Freshness, LoadTable
-from controlplane.load.wire import LoadStat, encode_frame
+from controlplane.load.wire import LoadStat
+from tests.fakes.load_peers import Pub, until
 
 URL = "http://127.0.0.1:9001"
-
-
-class Pub:
-    """A raw PUB socket bound on a free loopback port."""
-
-    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
-        self.sock = ctx.socket(zmq.PUB)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind("tcp://127.0.0.1:*")
-        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.seq = 0
-
-    def send(self, stat: LoadStat, seq: int | None = None) -> None:
-        if seq is not None:
-            self.seq = seq
-        self.sock.send_multipart(encode_frame(self.seq, stat))
-        self.seq += 1
-
-    def send_raw(self, frames: list[bytes]) -> None:
-        self.sock.send_multipart(frames)
 
 
 @pytest.fixture
@@ -51,13 +32,6 @@ async def ingest() -> AsyncIterator[tuple[LoadTable, LoadSubscriber, list[int]]]
     sub = LoadSubscriber(table, lambda: wakeups.append(1))
     yield table, sub, wakeups
     sub.close()
-
-
-async def until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
 
 
 async def connect(pub: Pub, table: LoadTable, url: str = URL) -> None:

@@ -1,0 +1,213 @@
+"""Worker discovery from ``GET /server_info`` and ``GET /v1/models`` (SPEC §1, §6, §7).
+
+As sgl-router's ``fetch_event_config`` (reference D): 3 attempts of 2 s each, 100 ms
+backoff doubling; network errors and 5xx are retried, 4xx and unparsable JSON are final.
+``enable_http2`` decides an AUTO protocol; ``kv_events`` gives the load port base, topic and
+dp size, with a wildcard ``endpoint_host`` replaced by the worker URL's host.
+
+The parsing is pure (``parse_server_info``, ``parse_models``); the fetch is a small HTTP
+client (``controlplane.load.httpget``) that speaks HTTP/1.1 or h2c prior knowledge, since an
+``engine-sim --http2`` worker only speaks the latter: ``h2c://`` workers are asked over h2c,
+others over HTTP/1.1 first and over h2c when the answer is not HTTP/1.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from controlplane.load.httpget import HttpGetError, ProtocolMismatch, get_h1, get_h2c
+from controlplane.load.registration import (
+    LOAD_TOPIC,
+    MAX_LOAD_ENDPOINTS,
+    WILDCARD_HOSTS,
+    Protocol,
+    WorkerAddress,
+    tcp_endpoint,
+)
+
+ATTEMPTS = 3
+ATTEMPT_TIMEOUT_S = 2.0
+FIRST_BACKOFF_S = 0.1
+
+
+class DiscoveryError(Exception):
+    """Discovery gave up; the message says why (it lands in ``Worker.discovery_error``)."""
+
+
+class _Retryable(DiscoveryError):
+    """A network error or a 5xx: worth another attempt."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What ``/server_info`` says about a worker."""
+
+    http2: bool
+    load_endpoints: tuple[str, ...]
+    load_topic: str
+    # Why there are no load endpoints ("" when there are).
+    load_reason: str
+
+
+def parse_server_info(doc: Any, worker: WorkerAddress) -> ServerInfo:
+    """Read ``enable_http2`` and the ``kv_events`` load range (SPEC §7, reference C.3)."""
+    if not isinstance(doc, dict):
+        raise DiscoveryError("/server_info is not a JSON object")
+    http2 = doc.get("enable_http2") is True
+    kv = doc.get("kv_events")
+    if not isinstance(kv, dict):
+        return ServerInfo(http2, (), LOAD_TOPIC, "the worker advertises no kv_events in /server_info")
+    base, topic = kv.get("load_endpoint_port_base"), kv.get("load_topic")
+    if base is None or topic is None:
+        return ServerInfo(
+            http2, (), LOAD_TOPIC, "the worker does not publish load (no load_endpoint_port_base)"
+        )
+    dp_size = kv.get("dp_size", 1)
+    host = kv.get("endpoint_host")
+    if not _is_int(base) or not _is_int(dp_size) or not isinstance(topic, str) or not topic:
+        raise DiscoveryError(f"/server_info kv_events has malformed load fields: {_clip(kv)}")
+    if not 1 <= dp_size <= MAX_LOAD_ENDPOINTS or base <= 0 or base + dp_size - 1 > 65535:
+        raise DiscoveryError(f"/server_info kv_events load range is out of bounds: {_clip(kv)}")
+    if host is None or host in WILDCARD_HOSTS:
+        host = worker.host
+    elif not isinstance(host, str) or not host:
+        raise DiscoveryError(f"/server_info kv_events endpoint_host is malformed: {host!r}")
+    host = host.strip("[]")
+    endpoints = tuple(tcp_endpoint(host, base + rank) for rank in range(dp_size))
+    return ServerInfo(http2, endpoints, topic, "")
+
+
+def parse_models(doc: Any) -> tuple[str, ...]:
+    """Model ids of an OpenAI ``GET /v1/models`` answer."""
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(data, list):
+        raise DiscoveryError("/v1/models has no data list")
+    models: list[str] = []
+    for item in data:
+        model_id = item.get("id") if isinstance(item, dict) else None
+        if isinstance(model_id, str) and model_id and model_id not in models:
+            models.append(model_id)
+    return tuple(models)
+
+
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    """The outcome of discovering one worker."""
+
+    resolved_protocol: Protocol
+    load_endpoints: tuple[str, ...]
+    load_topic: str
+    models: tuple[str, ...]
+    # Empty when everything asked for was found; else why not (reported, not raised).
+    error: str
+
+
+Getter = Callable[[WorkerAddress, str, bool, float], Awaitable[tuple[int, bytes, bool]]]
+
+
+class Discoverer:
+    """Runs discovery with retries; the getter and sleep are injectable for tests."""
+
+    def __init__(
+        self,
+        *,
+        get: Getter | None = None,
+        attempts: int = ATTEMPTS,
+        timeout_s: float = ATTEMPT_TIMEOUT_S,
+        first_backoff_s: float = FIRST_BACKOFF_S,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._get = get or fetch
+        self._attempts = attempts
+        self._timeout_s = timeout_s
+        self._first_backoff_s = first_backoff_s
+        self._sleep = sleep
+
+    async def discover(
+        self, worker: WorkerAddress, protocol: Protocol, *, want_endpoints: bool, want_models: bool
+    ) -> Discovery:
+        """Ask the worker what is missing; failures are reported in ``Discovery.error``."""
+        forced = Protocol.H2C if worker.scheme == "h2c" else protocol
+        h2c_first = forced is Protocol.H2C
+        resolved = forced if forced is not Protocol.AUTO else Protocol.HTTP1
+        endpoints: tuple[str, ...] = ()
+        topic = LOAD_TOPIC
+        models: tuple[str, ...] = ()
+        errors: list[str] = []
+        if want_endpoints or forced is Protocol.AUTO:
+            try:
+                body, spoke_h2c = await self._get_json(worker, "/server_info", h2c_first)
+                info = parse_server_info(body, worker)
+            except DiscoveryError as exc:
+                errors.append(str(exc))
+            else:
+                if forced is Protocol.AUTO:
+                    resolved = Protocol.H2C if info.http2 or spoke_h2c else Protocol.HTTP1
+                h2c_first = resolved is Protocol.H2C
+                if want_endpoints:
+                    endpoints, topic = info.load_endpoints, info.load_topic
+                    if info.load_reason:
+                        errors.append(info.load_reason)
+        if want_models:
+            try:
+                body, _ = await self._get_json(worker, "/v1/models", h2c_first)
+                models = parse_models(body)
+            except DiscoveryError as exc:
+                errors.append(str(exc))
+        return Discovery(resolved, endpoints, topic, models, "; ".join(errors))
+
+    async def _get_json(self, worker: WorkerAddress, path: str, h2c_first: bool) -> tuple[Any, bool]:
+        delay = self._first_backoff_s
+        for attempt in range(1, self._attempts + 1):
+            try:
+                status, body, spoke_h2c = await self._get(worker, path, h2c_first, self._timeout_s)
+                if status >= 500:
+                    raise _Retryable(f"GET {worker.url}{path}: HTTP {status}")
+                if status >= 400:
+                    raise DiscoveryError(f"GET {worker.url}{path}: HTTP {status}")
+                try:
+                    return json.loads(body), spoke_h2c
+                except (ValueError, UnicodeDecodeError) as exc:
+                    raise DiscoveryError(f"GET {worker.url}{path}: not JSON ({exc})") from None
+            except _Retryable as exc:
+                if attempt == self._attempts:
+                    raise DiscoveryError(f"{exc} (after {attempt} attempts)") from None
+            await self._sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+
+async def fetch(
+    worker: WorkerAddress, path: str, h2c_first: bool, timeout_s: float
+) -> tuple[int, bytes, bool]:
+    """``(status, body, spoke_h2c)``; falls back to the other protocol on a mismatch."""
+    order = (True, False) if h2c_first else (False, True)
+    last: Exception | None = None
+    for use_h2c in order:
+        try:
+            async with asyncio.timeout(timeout_s):
+                if use_h2c:
+                    status, body = await get_h2c(worker.host, worker.connect_port, worker.authority, path)
+                else:
+                    status, body = await get_h1(worker.host, worker.connect_port, worker.authority, path)
+            return status, body, use_h2c
+        except ProtocolMismatch as exc:
+            last = exc
+        except TimeoutError:
+            raise _Retryable(f"GET {worker.url}{path}: no answer within {timeout_s:g} s") from None
+        except HttpGetError as exc:
+            raise _Retryable(f"GET {worker.url}{path}: {exc}") from None
+    raise _Retryable(f"GET {worker.url}{path}: neither HTTP/1.1 nor h2c answered ({last})")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _clip(doc: Any) -> str:
+    text = json.dumps(doc)
+    return text if len(text) <= 200 else text[:200] + "…"

@@ -1,0 +1,189 @@
+"""Worker registration (pure): URL and endpoint validation, the stored record (SPEC §6).
+
+Validation failures raise ``InvalidArgument`` naming the field, which the server maps to
+``INVALID_ARGUMENT``. Worker URLs are ``http://HOST[:PORT]`` or ``h2c://HOST[:PORT]``
+(``h2c://`` forces HTTP/2 prior knowledge, SPEC §1); load endpoints are ``tcp://HOST:PORT``
+(SPEC §7), where a wildcard host (as an engine's bind address reads) means the worker's own host.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+from dataclasses import dataclass
+from urllib.parse import SplitResult, urlsplit
+
+from controlplane.errors import InvalidArgument
+
+WILDCARD_HOSTS = frozenset({"*", "0.0.0.0", "::", "[::]"})
+WORKER_SCHEMES = ("http", "h2c")
+LOAD_TOPIC = "load"
+MAX_LOAD_ENDPOINTS = 1024
+MAX_MODELS = 256
+MAX_MODEL_NAME = 256
+
+
+class Protocol(enum.IntEnum):
+    """Numbered as the protobuf ``WorkerProtocol`` enum."""
+
+    AUTO = 1
+    HTTP1 = 2
+    H2C = 3
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerAddress:
+    """A validated worker URL: ``url`` is the normalised registry key."""
+
+    url: str
+    scheme: str
+    host: str  # IPv6 literals without brackets
+    port: int | None
+
+    @property
+    def authority(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port is None else f"{host}:{self.port}"
+
+    @property
+    def connect_port(self) -> int:
+        return 80 if self.port is None else self.port
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """A registered worker as stored (the registry's row and ``Worker`` message)."""
+
+    url: str
+    protocol: Protocol
+    resolved_protocol: Protocol
+    models: tuple[str, ...] = ()
+    load_endpoints: tuple[str, ...] = ()
+    load_topic: str = LOAD_TOPIC
+    discovered: bool = False
+    register_time_unix_s: float = 0.0
+    discovery_error: str = ""
+
+    @property
+    def dp_size(self) -> int:
+        return len(self.load_endpoints)
+
+
+def parse_worker_url(raw: str, field_name: str = "url") -> WorkerAddress:
+    """Validate and normalise a worker URL (lower-case scheme and host, no trailing slash)."""
+    text = raw.strip()
+    if not text:
+        raise InvalidArgument(
+            f"{field_name}: is required (http://HOST:PORT or h2c://HOST:PORT)", field=field_name
+        )
+    parts = _split(text, field_name)
+    scheme = parts.scheme.lower()
+    if scheme not in WORKER_SCHEMES:
+        raise InvalidArgument(f"{field_name}: scheme must be http or h2c, got {raw!r}", field=field_name)
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
+        raise InvalidArgument(
+            f"{field_name}: must be a base URL without path, query or credentials, got {raw!r}",
+            field=field_name,
+        )
+    host, port = _host_port(parts, raw, field_name)
+    address = WorkerAddress(url="", scheme=scheme, host=host, port=port)
+    return WorkerAddress(url=f"{scheme}://{address.authority}", scheme=scheme, host=host, port=port)
+
+
+def parse_load_endpoint(raw: str, worker: WorkerAddress, field_name: str = "load_endpoints") -> str:
+    """Validate a ``tcp://HOST:PORT`` endpoint; a wildcard host becomes the worker's host."""
+    text = raw.strip()
+    parts = _split(text, field_name)
+    if parts.scheme.lower() != "tcp":
+        raise InvalidArgument(f"{field_name}: must be tcp://HOST:PORT, got {raw!r}", field=field_name)
+    if parts.path or parts.query or parts.fragment or parts.username or parts.password:
+        raise InvalidArgument(f"{field_name}: must be tcp://HOST:PORT, got {raw!r}", field=field_name)
+    netloc = parts.netloc
+    wildcard = netloc.rsplit(":", 1)[0] in WILDCARD_HOSTS
+    host, port = (
+        (worker.host, _wildcard_port(netloc, raw, field_name))
+        if wildcard
+        else _host_port(parts, raw, field_name)
+    )
+    if port is None:
+        raise InvalidArgument(f"{field_name}: a port is required, got {raw!r}", field=field_name)
+    return tcp_endpoint(host, port)
+
+
+def tcp_endpoint(host: str, port: int) -> str:
+    bracketed = f"[{host}]" if ":" in host else host
+    return f"tcp://{bracketed}:{port}"
+
+
+def parse_load_endpoints(raws: list[str], worker: WorkerAddress) -> tuple[str, ...]:
+    if len(raws) > MAX_LOAD_ENDPOINTS:
+        raise InvalidArgument(
+            f"load_endpoints: at most {MAX_LOAD_ENDPOINTS} (one per dp rank), got {len(raws)}",
+            field="load_endpoints",
+        )
+    endpoints = tuple(parse_load_endpoint(raw, worker, f"load_endpoints[{i}]") for i, raw in enumerate(raws))
+    if len(set(endpoints)) != len(endpoints):
+        raise InvalidArgument("load_endpoints: an endpoint is listed twice", field="load_endpoints")
+    return endpoints
+
+
+def parse_models(raws: list[str]) -> tuple[str, ...]:
+    if len(raws) > MAX_MODELS:
+        raise InvalidArgument(f"models: at most {MAX_MODELS}, got {len(raws)}", field="models")
+    models: list[str] = []
+    for i, name in enumerate(raws):
+        if not name or len(name) > MAX_MODEL_NAME or not name.isprintable():
+            raise InvalidArgument(
+                f"models[{i}]: must be a printable name of 1..{MAX_MODEL_NAME} characters, got {name!r}",
+                field="models",
+            )
+        if name not in models:
+            models.append(name)
+    return tuple(models)
+
+
+def parse_protocol(value: int, address: WorkerAddress) -> Protocol:
+    """The protocol asked for; UNSPECIFIED is AUTO, and ``h2c://`` conflicts with HTTP1."""
+    if value == 0:
+        return Protocol.AUTO
+    try:
+        protocol = Protocol(value)
+    except ValueError:
+        raise InvalidArgument(f"protocol: unknown value {value}", field="protocol") from None
+    if address.scheme == "h2c" and protocol is Protocol.HTTP1:
+        raise InvalidArgument("protocol: HTTP1 conflicts with an h2c:// url", field="protocol")
+    return protocol
+
+
+def _split(text: str, field_name: str) -> SplitResult:
+    try:
+        return urlsplit(text)
+    except ValueError as exc:
+        raise InvalidArgument(f"{field_name}: not a URL ({exc}): {text!r}", field=field_name) from None
+
+
+def _host_port(parts: SplitResult, raw: str, field_name: str) -> tuple[str, int | None]:
+    try:
+        host = parts.hostname
+        port = parts.port
+    except ValueError:
+        raise InvalidArgument(f"{field_name}: port must be 1..65535, got {raw!r}", field=field_name) from None
+    if not host:
+        raise InvalidArgument(f"{field_name}: a host is required, got {raw!r}", field=field_name)
+    if port == 0:
+        raise InvalidArgument(f"{field_name}: port must be 1..65535, got {raw!r}", field=field_name)
+    if ":" in host:
+        try:
+            host = str(ipaddress.IPv6Address(host))
+        except ValueError:
+            raise InvalidArgument(f"{field_name}: bad IPv6 address in {raw!r}", field=field_name) from None
+    elif not all(c.isalnum() or c in "-._" for c in host):
+        raise InvalidArgument(f"{field_name}: bad host in {raw!r}", field=field_name)
+    return host.lower(), port
+
+
+def _wildcard_port(netloc: str, raw: str, field_name: str) -> int:
+    _, _, port_text = netloc.rpartition(":")
+    if not port_text.isdigit() or not 0 < int(port_text) <= 65535:
+        raise InvalidArgument(f"{field_name}: port must be 1..65535, got {raw!r}", field=field_name)
+    return int(port_text)
