@@ -1,0 +1,57 @@
+"""fleetplane's HTTP server: HTTP/1.1 and h2c prior knowledge on one listener (SPEC §5, issue 6).
+
+Used by the router's front door and by ``engine-sim``. Protocol-level (``asyncio.Protocol``,
+httptools, h2), bytes in and bytes out, works on uvloop or plain asyncio (install the uvloop
+policy in the entry point, not here). Every accepted socket gets TCP_NODELAY.
+
+API (stable)::
+
+    async def handler(req: Request, resp: Responder) -> None: ...
+    server = await start_server(handler, "127.0.0.1", 0, limits=ServerLimits(), reuse_port=False, sock=None)
+    server.port; server.connection_count
+    server.close()                 # stop accepting
+    await server.drain(grace_s)    # stop accepting, finish in-flight, then close everything
+    await server.aclose()          # stop the listener and the sweeper (connections untouched)
+
+``Request`` (``__slots__``): ``method: bytes``, ``path: bytes`` (raw target with query),
+``headers: list[tuple[bytes, bytes]]`` (names lower-case; on h2 ``:authority`` appears as
+``host`` when no ``host`` was sent, other pseudo-headers are dropped), ``body: bytes`` (whole,
+at most ``max_body_bytes``), ``http2: bool``; ``header(name) -> bytes | None``.
+
+``Responder`` (one per request):
+
+- ``respond(status, headers, body)``: complete answer, ``content-length`` set by the server.
+- ``start(status, headers)`` then ``await write(chunk)``… then ``end()``: streamed answer
+  (HTTP/1.1 chunked, HTTP/1.0 close-delimited, h2 DATA frames). ``write`` waits while the
+  client does not read (transport backpressure, h2 flow-control window) and raises
+  ``ClientDisconnected`` once the client is gone.
+- ``abort()``: break the answer (HTTP/1.1: close the connection; h2: RST_STREAM).
+- ``started``, ``finished``, ``disconnected`` properties; ``await wait_disconnected()``.
+
+Header names given to the responder must be lower-case bytes; framing and connection-specific
+headers (``content-length``, ``transfer-encoding``, ``connection``, ``keep-alive``, and on h2
+``upgrade``, ``te``, ``proxy-connection``) are owned by the server and dropped.
+
+A handler that raises gets a 500 with the SPEC §5 envelope (``internal_error``) if nothing was
+sent yet, else its answer is aborted; the connection keeps serving. The server's own refusals
+carry the same envelope and ``x-router-error-code``: 400 ``bad_request`` (malformed request,
+Content-Length with Transfer-Encoding, bad chunking), 413 ``payload_too_large`` (before the
+body is buffered), 431 and 408 (``bad_request`` code) for oversized headers and requests that
+do not arrive within ``read_timeout_s``. HTTP/1.1 connections close after such a refusal.
+"""
+
+from __future__ import annotations
+
+from dataplane.http.limits import ServerLimits
+from dataplane.http.request import ClientDisconnected, Handler, Request, Responder
+from dataplane.http.server import HttpServer, start_server
+
+__all__ = [
+    "ClientDisconnected",
+    "Handler",
+    "HttpServer",
+    "Request",
+    "Responder",
+    "ServerLimits",
+    "start_server",
+]

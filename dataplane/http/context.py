@@ -1,0 +1,49 @@
+"""State shared by every connection of one server: the handler, the limits, the live connections."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from dataplane.http.limits import ServerLimits
+from dataplane.http.request import Handler
+
+
+class Connection(Protocol):
+    """What the server needs from a live connection of either protocol."""
+
+    def check_timeouts(self, now: float) -> None:
+        """Close or answer 408 if a deadline (idle, read, linger) has passed."""
+
+    def shutdown(self) -> None:
+        """Graceful: accept no new request, close once the in-flight ones are answered."""
+
+    def kill(self) -> None:
+        """Close at once, whatever is in flight."""
+
+
+@dataclass(slots=True, eq=False)
+class ServerContext:
+    handler: Handler
+    limits: ServerLimits
+    loop: asyncio.AbstractEventLoop
+    connections: set[Connection] = field(default_factory=set)
+    draining: bool = False
+    drained: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def remove(self, conn: Connection) -> None:
+        """A connection is gone; wake ``drain`` when it was the last one."""
+        self.connections.discard(conn)
+        if not self.connections and self.draining:
+            self.drained.set()
+
+
+def set_nodelay(transport: asyncio.BaseTransport) -> None:
+    """TCP_NODELAY on every accepted socket (SPEC §5): small answers and SSE events never wait."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -1,0 +1,510 @@
+"""HTTP/1.1 connections: an ``asyncio.Protocol`` fed to httptools, answers in request order.
+
+Pipelining (RFC 9112 §9.3.2): requests are dispatched as soon as they are parsed, but only the
+answer at the head of the queue writes to the socket; later answers buffer until they reach
+the head (a streaming one waits in ``write``). Reading pauses once ``h1_max_pipelined``
+answers are outstanding. A connection whose first bytes are the h2 preface is handed to
+``Http2Connection`` (prior knowledge, RFC 9113 §3.3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import cast
+
+import httptools
+
+from dataplane.http.context import ServerContext, set_nodelay
+from dataplane.http.http2 import Http2Connection
+from dataplane.http.request import ClientDisconnected, Request, Responder, run_handler
+from dataplane.http.wire import (
+    CONTINUE_100,
+    HEADERS_TOO_LARGE,
+    LAST_CHUNK,
+    MALFORMED,
+    TIMED_OUT,
+    TOO_LARGE,
+    ErrorAnswer,
+    Headers,
+    body_allowed,
+    classify_preface,
+    encode_chunk,
+    encode_h1_head,
+)
+
+_NEW, _STREAMING, _DONE = 0, 1, 2
+_JOIN_BODY_MAX = 64 * 1024  # below this a complete answer goes out in one write
+
+
+class _Stop(Exception):
+    """Raised inside a parser callback to stop parsing; the reason is in ``_error``."""
+
+
+class Http1Connection(asyncio.Protocol):
+    """One HTTP/1.1 client connection (and the protocol detector of every new connection)."""
+
+    def __init__(self, ctx: ServerContext) -> None:
+        self._ctx = ctx
+        self._loop = ctx.loop
+        self._limits = ctx.limits
+        self._max_body = ctx.limits.max_body_bytes
+        self._max_header = ctx.limits.max_header_bytes
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        self._detecting = True
+        self._preface = b""
+        # The request being parsed.
+        self._in_message = False
+        self._headers_done = False
+        self._partial_head = 0
+        self._url = b""
+        self._headers: Headers = []
+        self._header_bytes = 0
+        self._body: list[bytes] | None = None
+        self._body_bytes = 0
+        self._expect_continue = False
+        self._error: ErrorAnswer | None = None
+        # Answers, oldest first; only the head writes to the socket.
+        self._queue: deque[H1Responder] = deque()
+        self._closing = False  # no further request is dispatched
+        self._discarding = False  # the parser is done; input is dropped
+        self._lingering = False
+        self._reading_paused = False
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._deadline = 0.0
+        self._lost = False
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses; they have the same API.
+        self._transport = cast(asyncio.Transport, transport)
+        set_nodelay(transport)
+        self._ctx.connections.add(self)
+        self._deadline = self._loop.time() + self._limits.idle_timeout_s
+
+    def data_received(self, data: bytes) -> None:
+        if self._detecting:
+            detected = self._detect(data)
+            if detected is None:
+                return
+            data = detected
+        if self._discarding:
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade as exc:
+            # RFC 9110 §7.8: a server may ignore Upgrade; keep parsing what follows as HTTP/1.1.
+            self._resume_after_upgrade(data, int(exc.args[0]))
+        except httptools.HttpParserError:
+            error, self._error = self._error, None
+            self._fail(error or MALFORMED)
+            return
+        if self._in_message and not self._headers_done:
+            self._partial_head += len(data)
+            if self._partial_head > self._max_header:
+                self._fail(HEADERS_TOO_LARGE)
+
+    def eof_received(self) -> bool | None:
+        # A client that closes its side is treated as gone (as nginx and uvicorn do): the
+        # transport closes and in-flight handlers see ``disconnected``.
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._ctx.remove(self)
+        queue, self._queue = self._queue, deque()
+        for resp in queue:
+            resp._mark_disconnected()
+        self._wake_writers()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_writers()
+
+    # -- httptools callbacks ------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._in_message = True
+        self._headers_done = False
+        self._url = b""
+        self._headers = []
+        self._header_bytes = 0
+        self._body = None
+        self._body_bytes = 0
+        self._expect_continue = False
+        self._deadline = self._loop.time() + self._limits.read_timeout_s
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._header_bytes += len(url)
+        if self._header_bytes > self._max_header:
+            self._error = HEADERS_TOO_LARGE
+            raise _Stop
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        size = self._header_bytes + len(name) + len(value)
+        self._header_bytes = size
+        if size > self._max_header:
+            self._error = HEADERS_TOO_LARGE
+            raise _Stop
+        if name == b"content-length":
+            # llhttp has validated the digits; refuse before a byte of the body is read.
+            if int(value) > self._max_body:
+                self._error = TOO_LARGE
+                raise _Stop
+        elif name == b"expect" and value.lower() == b"100-continue":
+            self._expect_continue = True
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self._headers_done = True
+        self._partial_head = 0
+        if self._expect_continue and not self._queue and self._transport is not None:
+            # RFC 9110 §10.1.1; when answers are outstanding it is sent once they are done.
+            self._expect_continue = False
+            self._transport.write(CONTINUE_100)
+
+    def on_body(self, body: bytes) -> None:
+        size = self._body_bytes + len(body)
+        if size > self._max_body:
+            # Chunked bodies are counted as they arrive (issue 6): refuse at the first excess byte.
+            self._error = TOO_LARGE
+            raise _Stop
+        self._body_bytes = size
+        self._expect_continue = False
+        if self._body is None:
+            self._body = [body]
+        else:
+            self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        self._in_message = False
+        if self._closing:
+            return
+        parser = self._parser
+        parts = self._body
+        body = b"" if parts is None else parts[0] if len(parts) == 1 else b"".join(parts)
+        method = parser.get_method()
+        keep_alive = parser.should_keep_alive() and not self._ctx.draining
+        resp = H1Responder(self, keep_alive, method == b"HEAD", parser.get_http_version() == "1.0")
+        queue = self._queue
+        queue.append(resp)
+        self._deadline = 0.0
+        if not keep_alive:
+            self._closing = True
+        if (not keep_alive or len(queue) >= self._limits.h1_max_pipelined) and self._transport is not None:
+            self._transport.pause_reading()
+            self._reading_paused = True
+        request = Request(method, self._url, self._headers, body, False)
+        resp._task = self._loop.create_task(run_handler(self._ctx.handler, request, resp))
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _detect(self, data: bytes) -> bytes | None:
+        """Route the connection by its first bytes; None while undecided or handed to h2."""
+        if self._preface:
+            data = self._preface + data
+        kind = classify_preface(data)
+        if kind == "h1":
+            self._detecting = False
+            self._preface = b""
+            return data
+        if kind == "more":
+            self._preface = data
+            return None
+        self._detecting = False
+        transport = self._transport
+        assert transport is not None
+        self._ctx.connections.discard(self)
+        h2conn = Http2Connection(self._ctx)
+        transport.set_protocol(h2conn)
+        h2conn.connection_made(transport)
+        h2conn.data_received(data)
+        return None
+
+    def _resume_after_upgrade(self, data: bytes, offset: int) -> None:
+        while True:
+            try:
+                self._parser.feed_data(data[offset:])
+                return
+            except httptools.HttpParserUpgrade as exc:
+                offset += int(exc.args[0])
+            except httptools.HttpParserError:
+                error, self._error = self._error, None
+                self._fail(error or MALFORMED)
+                return
+
+    def _fail(self, answer: ErrorAnswer) -> None:
+        """Answer a broken request after the outstanding answers, then close (lingering)."""
+        self._closing = True
+        self._discarding = True
+        self._in_message = False
+        self._deadline = 0.0
+        resp = H1Responder(self, False, False, False)
+        resp._linger = True
+        self._queue.append(resp)
+        resp.respond(*answer)
+
+    def _emit(self, resp: H1Responder, data: bytes) -> None:
+        if self._queue and self._queue[0] is resp:
+            assert self._transport is not None
+            self._transport.write(data)
+        elif resp._pending is None:
+            resp._pending = [data]
+        else:
+            resp._pending.append(data)
+
+    def _answer_done(self, resp: H1Responder) -> None:
+        """``resp`` finished; if it is the head, advance the queue."""
+        queue = self._queue
+        if not queue or queue[0] is not resp:
+            return
+        transport = self._transport
+        assert transport is not None
+        while True:
+            head = queue[0]
+            if head._close:
+                queue.clear()
+                self._close(head._linger)
+                return
+            queue.popleft()
+            if not queue:
+                break
+            head = queue[0]
+            if head._pending is not None:
+                transport.writelines(head._pending)
+                head._pending = None
+            if head._state != _DONE:
+                head._wake_head()
+                return
+        # Nothing outstanding.
+        if self._closing or (self._ctx.draining and not self._in_message):
+            self._close(False)
+            return
+        if self._reading_paused:
+            self._reading_paused = False
+            transport.resume_reading()
+        if not self._in_message:
+            self._deadline = self._loop.time() + self._limits.idle_timeout_s
+        elif self._expect_continue and self._headers_done:
+            self._expect_continue = False
+            transport.write(CONTINUE_100)
+
+    def _close(self, linger: bool) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if linger and transport.can_write_eof():
+            # Drain what the client still sends so it reads our answer, not a reset.
+            self._discarding = True
+            self._lingering = True
+            self._deadline = self._loop.time() + self._limits.linger_s
+            transport.write_eof()
+            if self._reading_paused:
+                self._reading_paused = False
+                transport.resume_reading()
+        else:
+            transport.close()
+
+    async def _wait_writable(self) -> None:
+        fut = self._loop.create_future()
+        self._drain_waiters.append(fut)
+        await fut
+
+    def _wake_writers(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                if self._lost:
+                    fut.set_exception(ClientDisconnected())
+                else:
+                    fut.set_result(None)
+
+    # -- Connection (server side) --------------------------------------------------------------
+
+    def check_timeouts(self, now: float) -> None:
+        deadline = self._deadline
+        if not deadline or now < deadline or self._transport is None:
+            return
+        if self._lingering:
+            self._transport.close()
+        elif self._in_message:
+            self._fail(TIMED_OUT)
+        elif not self._queue:
+            self._transport.close()
+
+    def shutdown(self) -> None:
+        if not self._queue and not self._in_message and self._transport is not None:
+            self._transport.close()
+
+    def kill(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+
+class H1Responder(Responder):
+    """The answer to one HTTP/1.1 request (see ``Responder``)."""
+
+    __slots__ = (
+        "_chunked",
+        "_close",
+        "_conn",
+        "_disc",
+        "_disc_waiter",
+        "_head",
+        "_head_waiter",
+        "_http10",
+        "_keep_alive",
+        "_linger",
+        "_nobody",
+        "_pending",
+        "_state",
+        "_task",
+    )
+
+    def __init__(self, conn: Http1Connection, keep_alive: bool, head: bool, http10: bool) -> None:
+        self._conn = conn
+        self._keep_alive = keep_alive
+        self._head = head
+        self._http10 = http10
+        self._state = _NEW
+        self._close = False
+        self._chunked = False
+        self._nobody = False
+        self._linger = False
+        self._disc = False
+        self._pending: list[bytes] | None = None
+        self._disc_waiter: asyncio.Future[None] | None = None
+        self._head_waiter: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def _closes(self) -> bool:
+        conn = self._conn
+        return (
+            not self._keep_alive
+            or (conn._closing and conn._queue[-1] is self)
+            or (conn._ctx.draining and conn._queue[-1] is self and not conn._in_message)
+        )
+
+    def respond(self, status: int, headers: Headers, body: bytes) -> None:
+        if self._state:
+            raise RuntimeError("the answer has already started")
+        self._state = _DONE
+        conn = self._conn
+        if conn._lost:
+            return
+        if not body_allowed(status):
+            head, self._close = encode_h1_head(status, headers, None, False, self._closes())
+            conn._emit(self, head)
+        else:
+            head, self._close = encode_h1_head(status, headers, len(body), False, self._closes())
+            if self._head or not body:
+                conn._emit(self, head)
+            elif len(body) <= _JOIN_BODY_MAX:
+                conn._emit(self, head + body)
+            else:
+                conn._emit(self, head)
+                conn._emit(self, body)
+        conn._answer_done(self)
+
+    def start(self, status: int, headers: Headers) -> None:
+        if self._state:
+            raise RuntimeError("the answer has already started")
+        self._state = _STREAMING
+        conn = self._conn
+        close = self._closes()
+        if not body_allowed(status):
+            self._nobody = True
+            chunked = False
+        elif self._http10:
+            chunked, close = False, True  # HTTP/1.0 has no chunking: the close ends the body
+        else:
+            chunked = True
+        if conn._lost:
+            return
+        head, self._close = encode_h1_head(status, headers, None, chunked, close)
+        self._chunked = chunked and not self._head
+        self._nobody = self._nobody or self._head
+        conn._emit(self, head)
+
+    async def write(self, chunk: bytes) -> None:
+        if self._state != _STREAMING:
+            raise RuntimeError("write() needs start() first and no end()")
+        if self._disc:
+            raise ClientDisconnected
+        if not chunk or self._nobody:
+            return
+        conn = self._conn
+        if conn._queue[0] is not self:
+            await self._wait_head()
+        transport = conn._transport
+        assert transport is not None
+        transport.write(encode_chunk(chunk) if self._chunked else chunk)
+        if conn._write_paused:
+            await conn._wait_writable()
+
+    def end(self) -> None:
+        if self._state == _DONE:
+            return
+        if self._state != _STREAMING:
+            raise RuntimeError("end() needs start() first")
+        self._state = _DONE
+        conn = self._conn
+        if conn._lost:
+            return
+        if self._chunked:
+            conn._emit(self, LAST_CHUNK)
+        conn._answer_done(self)
+
+    def abort(self) -> None:
+        if self._state == _DONE:
+            return
+        self._state = _DONE
+        self._close = True
+        conn = self._conn
+        if not conn._lost:
+            conn._answer_done(self)
+
+    @property
+    def started(self) -> bool:
+        return self._state != _NEW
+
+    @property
+    def finished(self) -> bool:
+        return self._state == _DONE
+
+    @property
+    def disconnected(self) -> bool:
+        return self._disc
+
+    async def wait_disconnected(self) -> None:
+        if self._disc:
+            return
+        fut = self._disc_waiter
+        if fut is None:
+            fut = self._disc_waiter = self._conn._loop.create_future()
+        await asyncio.shield(fut)
+
+    async def _wait_head(self) -> None:
+        fut = self._head_waiter = self._conn._loop.create_future()
+        await fut
+        if self._disc:
+            raise ClientDisconnected
+
+    def _wake_head(self) -> None:
+        fut = self._head_waiter
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def _mark_disconnected(self) -> None:
+        self._disc = True
+        if self._disc_waiter is not None and not self._disc_waiter.done():
+            self._disc_waiter.set_result(None)
+        self._wake_head()

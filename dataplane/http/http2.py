@@ -1,0 +1,543 @@
+"""h2c connections (prior knowledge, RFC 9113 §3.3): an ``asyncio.Protocol`` around ``h2``.
+
+Flow control both ways (RFC 9113 §5.2): inbound credit is returned as request data is taken
+into the (``max_body_bytes``-bounded) body buffer; outbound data beyond the peer's window waits
+in a per-stream buffer until WINDOW_UPDATE, so one slow stream never blocks the others.
+A streaming writer waits once ``h2_stream_buffer_bytes`` of its answer is queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import cast
+
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.errors import ErrorCodes
+from h2.events import (
+    ConnectionTerminated,
+    DataReceived,
+    RemoteSettingsChanged,
+    RequestReceived,
+    StreamEnded,
+    StreamReset,
+    WindowUpdated,
+)
+from h2.exceptions import H2Error, ProtocolError
+from h2.settings import SettingCodes, Settings
+from hyperframe.frame import GoAwayFrame
+
+from dataplane.http.context import ServerContext, set_nodelay
+from dataplane.http.request import ClientDisconnected, Request, Responder, run_handler
+from dataplane.http.wire import TIMED_OUT, TOO_LARGE, Headers, body_allowed, h2_response_headers
+
+_NEW, _STREAMING, _DONE = 0, 1, 2
+
+_CONFIG = H2Configuration(
+    client_side=False,
+    header_encoding=None,
+    validate_inbound_headers=True,
+    normalize_inbound_headers=True,
+    # Outbound headers are sanitised by ``h2_response_headers``; h2's checks would cost per answer.
+    validate_outbound_headers=False,
+    normalize_outbound_headers=False,
+)
+
+
+class Http2Connection(asyncio.Protocol):
+    """One h2c client connection; a stream is one request, answered by an ``H2Responder``."""
+
+    def __init__(self, ctx: ServerContext) -> None:
+        self._ctx = ctx
+        self._loop = ctx.loop
+        self._limits = ctx.limits
+        self._max_body = ctx.limits.max_body_bytes
+        self._h2 = H2Connection(config=_CONFIG)
+        self._transport: asyncio.Transport | None = None
+        self._streams: dict[int, H2Responder] = {}
+        self._blocked: dict[int, H2Responder] = {}  # answers waiting for window
+        self._flush_scheduled = False
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._deadline = 0.0
+        self._last_stream_id = 0
+        self._goaway_sent = False
+        self._lost = False
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses; they have the same API.
+        self._transport = cast(asyncio.Transport, transport)
+        set_nodelay(transport)
+        self._ctx.connections.add(self)
+        limits = self._limits
+        h2 = self._h2
+        # Our settings take effect at once (streams are created with these windows); the peer
+        # applies them when it reads our SETTINGS.
+        h2.local_settings = Settings(
+            client=False,
+            initial_values={
+                SettingCodes.MAX_CONCURRENT_STREAMS: limits.h2_max_concurrent_streams,
+                SettingCodes.INITIAL_WINDOW_SIZE: limits.h2_initial_window_bytes,
+                SettingCodes.MAX_FRAME_SIZE: limits.h2_max_frame_bytes,
+                SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_bytes,
+                SettingCodes.ENABLE_PUSH: 0,
+            },
+        )
+        h2.max_inbound_frame_size = limits.h2_max_frame_bytes
+        h2.initiate_connection()
+        if limits.h2_connection_window_bytes > 65535:
+            h2.increment_flow_control_window(limits.h2_connection_window_bytes - 65535)
+        self._flush()
+        self._deadline = self._loop.time() + limits.idle_timeout_s
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self._h2.receive_data(data)
+        except ProtocolError:
+            # h2 has queued a GOAWAY with the error code (RFC 9113 §5.4.1).
+            self._flush()
+            self._close_transport()
+            return
+        for ev in events:
+            if isinstance(ev, DataReceived):
+                self._on_data(ev)
+            elif isinstance(ev, RequestReceived):
+                self._on_request(ev)
+            elif isinstance(ev, StreamEnded):
+                self._on_stream_ended(ev.stream_id)
+            elif isinstance(ev, WindowUpdated):
+                self._on_window(ev.stream_id)
+            elif isinstance(ev, StreamReset):
+                self._on_reset(ev.stream_id)
+            elif isinstance(ev, RemoteSettingsChanged):
+                if SettingCodes.INITIAL_WINDOW_SIZE in ev.changed_settings:
+                    self._on_window(0)
+            elif isinstance(ev, ConnectionTerminated):
+                # h2 cannot send anything after a peer GOAWAY: everything in flight is lost.
+                self._flush()
+                self._close_transport()
+                return
+            # Trailers, pings, priority and settings acks need nothing from us.
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._ctx.remove(self)
+        streams, self._streams = self._streams, {}
+        self._blocked = {}
+        for resp in streams.values():
+            resp._mark_disconnected()
+        self._wake_writers()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_writers()
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def _on_request(self, ev: RequestReceived) -> None:
+        sid: int = ev.stream_id
+        if self._goaway_sent and sid > self._last_stream_id:
+            self._h2.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
+            return
+        self._last_stream_id = max(self._last_stream_id, sid)
+        method = path = b""
+        authority: bytes | None = None
+        has_host = False
+        too_large = False
+        headers: Headers = []
+        for name, value in ev.headers:
+            if name[0] == 58:  # b":" pseudo-header (RFC 9113 §8.3.1)
+                if name == b":method":
+                    method = value
+                elif name == b":path":
+                    path = value
+                elif name == b":authority":
+                    authority = value
+                continue
+            if name == b"host":
+                has_host = True
+            elif name == b"content-length" and value.isdigit() and int(value) > self._max_body:
+                too_large = True
+            headers.append((name, value))
+        if authority is not None and not has_host:
+            # Handlers (and an HTTP/1.1 upstream) read the target host from ``host``.
+            headers.append((b"host", authority))
+        resp = H2Responder(self, sid, method, path, headers)
+        self._streams[sid] = resp
+        self._deadline = 0.0
+        resp._deadline = self._loop.time() + self._limits.read_timeout_s
+        if too_large:
+            self._refuse(resp, TOO_LARGE)
+
+    def _on_data(self, ev: DataReceived) -> None:
+        sid: int = ev.stream_id
+        # The data is taken into a bounded buffer (or dropped): credit it back at once.
+        self._h2.acknowledge_received_data(ev.flow_controlled_length, sid)
+        resp = self._streams.get(sid)
+        if resp is None or resp._state or resp._body is None:
+            return
+        data: bytes = ev.data
+        size = resp._body_bytes + len(data)
+        if size > self._max_body:
+            self._refuse(resp, TOO_LARGE)
+            return
+        resp._body_bytes = size
+        resp._body.append(data)
+
+    def _on_stream_ended(self, sid: int) -> None:
+        resp = self._streams.get(sid)
+        if resp is None or resp._body is None:
+            return
+        parts, resp._body = resp._body, None
+        resp._deadline = 0.0
+        body = b"" if not parts else parts[0] if len(parts) == 1 else b"".join(parts)
+        request = Request(resp._method, resp._path, resp._headers, body, True)
+        resp._task = self._loop.create_task(run_handler(self._ctx.handler, request, resp))
+
+    def _on_reset(self, sid: int) -> None:
+        self._blocked.pop(sid, None)
+        resp = self._streams.pop(sid, None)
+        if resp is not None:
+            resp._mark_disconnected()
+            self._maybe_idle()
+
+    def _on_window(self, sid: int) -> None:
+        if sid == 0:
+            for resp in list(self._blocked.values()):
+                self._send_pending(resp)
+        else:
+            blocked = self._blocked.get(sid)
+            if blocked is not None:
+                self._send_pending(blocked)
+
+    # -- sending --------------------------------------------------------------------------------
+
+    def _refuse(self, resp: H2Responder, answer: tuple[int, Headers, bytes]) -> None:
+        """Answer before the request is complete, then ask the client to stop sending.
+
+        RFC 9113 §8.1: after a complete answer a server may RST_STREAM with NO_ERROR.
+        """
+        resp._body = None
+        resp._deadline = 0.0
+        resp._rst_after = True
+        resp.respond(*answer)
+
+    def _send_body(self, resp: H2Responder, data: bytes, end: bool) -> None:
+        """Send what the windows allow; queue the rest on the stream."""
+        pending = resp._pending
+        if pending is not None:
+            pending += data
+            resp._end_pending = end
+            return
+        h2 = self._h2
+        sid = resp._sid
+        total = len(data)
+        offset = 0
+        max_frame = h2.max_outbound_frame_size
+        while offset < total:
+            window = h2.local_flow_control_window(sid)
+            if window <= 0:
+                break
+            n = min(window, max_frame, total - offset)
+            last = offset + n == total
+            h2.send_data(sid, data if n == total else data[offset : offset + n], end_stream=end and last)
+            offset += n
+        if offset < total:
+            resp._pending = bytearray(memoryview(data)[offset:])
+            resp._end_pending = end
+            self._blocked[sid] = resp
+        elif end:
+            if not total:
+                h2.end_stream(sid)
+            self._stream_done(resp)
+
+    def _send_pending(self, resp: H2Responder) -> None:
+        pending = resp._pending
+        if pending is None:
+            return
+        h2 = self._h2
+        sid = resp._sid
+        max_frame = h2.max_outbound_frame_size
+        try:
+            while pending:
+                window = h2.local_flow_control_window(sid)
+                if window <= 0:
+                    break
+                n = min(window, max_frame, len(pending))
+                chunk = bytes(pending[:n])
+                del pending[:n]  # O(1) at the front of a bytearray
+                h2.send_data(sid, chunk, end_stream=resp._end_pending and not pending)
+        except H2Error:
+            self._on_reset(sid)
+            return
+        if not pending:
+            resp._pending = None
+            del self._blocked[sid]
+            if resp._end_pending:
+                self._stream_done(resp)
+        else:
+            # Round-robin: a stream that still waits goes behind the others.
+            del self._blocked[sid]
+            self._blocked[sid] = resp
+        if resp._flow_waiter is not None and (
+            resp._pending is None or len(resp._pending) <= self._limits.h2_stream_buffer_bytes
+        ):
+            resp._wake_flow()
+        self._schedule_flush()
+
+    def _stream_done(self, resp: H2Responder) -> None:
+        if resp._rst_after:
+            with contextlib.suppress(H2Error):
+                self._h2.reset_stream(resp._sid, ErrorCodes.NO_ERROR)
+        if self._streams.pop(resp._sid, None) is not None:
+            self._maybe_idle()
+
+    def _maybe_idle(self) -> None:
+        if self._streams:
+            return
+        if self._goaway_sent or self._ctx.draining:
+            self._schedule_flush()
+            self._loop.call_soon(self._close_transport)
+        else:
+            self._deadline = self._loop.time() + self._limits.idle_timeout_s
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        data = self._h2.data_to_send()
+        if data and not self._lost and self._transport is not None:
+            self._transport.write(data)
+
+    def _close_transport(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._flush()
+            self._transport.close()
+
+    async def _wait_writable(self) -> None:
+        fut = self._loop.create_future()
+        self._drain_waiters.append(fut)
+        await fut
+
+    def _wake_writers(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                if self._lost:
+                    fut.set_exception(ClientDisconnected())
+                else:
+                    fut.set_result(None)
+
+    # -- Connection (server side) --------------------------------------------------------------
+
+    def check_timeouts(self, now: float) -> None:
+        if self._transport is None or self._lost:
+            return
+        if self._deadline and now >= self._deadline and not self._streams:
+            self._goaway_and_close()
+            return
+        for resp in list(self._streams.values()):
+            if resp._deadline and now >= resp._deadline and resp._body is not None:
+                self._refuse(resp, TIMED_OUT)
+        self._flush()
+
+    def shutdown(self) -> None:
+        """Graceful GOAWAY (RFC 9113 §6.8): streams up to the last seen one still finish."""
+        if self._transport is None or self._lost or self._goaway_sent:
+            return
+        self._goaway_sent = True
+        self._flush()
+        frame = GoAwayFrame(0)
+        frame.last_stream_id = self._last_stream_id
+        frame.error_code = 0
+        self._transport.write(frame.serialize())
+        if not self._streams:
+            self._goaway_and_close()
+
+    def _goaway_and_close(self) -> None:
+        with contextlib.suppress(H2Error):
+            self._h2.close_connection(last_stream_id=self._last_stream_id)
+        self._close_transport()
+
+    def kill(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+
+class H2Responder(Responder):
+    """One h2 stream: its request while it arrives, then its answer (see ``Responder``)."""
+
+    __slots__ = (
+        "_body",
+        "_body_bytes",
+        "_conn",
+        "_deadline",
+        "_disc",
+        "_disc_waiter",
+        "_end_pending",
+        "_flow_waiter",
+        "_head",
+        "_headers",
+        "_method",
+        "_path",
+        "_pending",
+        "_rst_after",
+        "_sid",
+        "_state",
+        "_task",
+    )
+
+    def __init__(self, conn: Http2Connection, sid: int, method: bytes, path: bytes, headers: Headers) -> None:
+        self._conn = conn
+        self._sid = sid
+        self._method = method
+        self._path = path
+        self._headers = headers
+        self._head = method == b"HEAD"
+        self._body: list[bytes] | None = []
+        self._body_bytes = 0
+        self._state = _NEW
+        self._deadline = 0.0
+        self._pending: bytearray | None = None
+        self._end_pending = False
+        self._rst_after = False
+        self._disc = False
+        self._disc_waiter: asyncio.Future[None] | None = None
+        self._flow_waiter: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def respond(self, status: int, headers: Headers, body: bytes) -> None:
+        if self._state:
+            raise RuntimeError("the answer has already started")
+        self._state = _DONE
+        conn = self._conn
+        if self._disc or conn._lost:
+            return
+        h2 = conn._h2
+        try:
+            if not body_allowed(status):
+                h2.send_headers(self._sid, h2_response_headers(status, headers, None), end_stream=True)
+                conn._stream_done(self)
+            elif self._head or not body:
+                h2.send_headers(self._sid, h2_response_headers(status, headers, len(body)), end_stream=True)
+                conn._stream_done(self)
+            else:
+                h2.send_headers(self._sid, h2_response_headers(status, headers, len(body)))
+                conn._send_body(self, body, True)
+        except H2Error:
+            conn._on_reset(self._sid)
+        conn._schedule_flush()
+
+    def start(self, status: int, headers: Headers) -> None:
+        if self._state:
+            raise RuntimeError("the answer has already started")
+        self._state = _STREAMING
+        conn = self._conn
+        if self._disc or conn._lost:
+            return
+        if not body_allowed(status):
+            self._head = True  # nothing may follow the headers; end() closes the stream
+        try:
+            conn._h2.send_headers(self._sid, h2_response_headers(status, headers, None))
+        except H2Error:
+            conn._on_reset(self._sid)
+        conn._schedule_flush()
+
+    async def write(self, chunk: bytes) -> None:
+        if self._state != _STREAMING:
+            raise RuntimeError("write() needs start() first and no end()")
+        if self._disc:
+            raise ClientDisconnected
+        if not chunk or self._head:
+            return
+        conn = self._conn
+        try:
+            conn._send_body(self, chunk, False)
+        except H2Error:
+            conn._on_reset(self._sid)
+            raise ClientDisconnected from None
+        conn._schedule_flush()
+        pending = self._pending
+        if pending is not None and len(pending) > conn._limits.h2_stream_buffer_bytes:
+            fut = self._flow_waiter = conn._loop.create_future()
+            try:
+                await fut
+            finally:
+                self._flow_waiter = None
+            if self._disc:
+                raise ClientDisconnected
+        if conn._write_paused:
+            await conn._wait_writable()
+
+    def end(self) -> None:
+        if self._state == _DONE:
+            return
+        if self._state != _STREAMING:
+            raise RuntimeError("end() needs start() first")
+        self._state = _DONE
+        conn = self._conn
+        if self._disc or conn._lost:
+            return
+        if self._pending is not None:
+            self._end_pending = True
+            return
+        try:
+            conn._h2.end_stream(self._sid)
+        except H2Error:
+            conn._on_reset(self._sid)
+            return
+        conn._stream_done(self)
+        conn._schedule_flush()
+
+    def abort(self) -> None:
+        if self._state == _DONE and self._pending is None:
+            return
+        self._state = _DONE
+        conn = self._conn
+        if self._disc or conn._lost:
+            return
+        with contextlib.suppress(H2Error):
+            conn._h2.reset_stream(self._sid, ErrorCodes.INTERNAL_ERROR)
+        conn._on_reset(self._sid)
+        conn._schedule_flush()
+
+    @property
+    def started(self) -> bool:
+        return self._state != _NEW
+
+    @property
+    def finished(self) -> bool:
+        return self._state == _DONE
+
+    @property
+    def disconnected(self) -> bool:
+        return self._disc
+
+    async def wait_disconnected(self) -> None:
+        if self._disc:
+            return
+        fut = self._disc_waiter
+        if fut is None:
+            fut = self._disc_waiter = self._conn._loop.create_future()
+        await asyncio.shield(fut)
+
+    def _wake_flow(self) -> None:
+        fut = self._flow_waiter
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def _mark_disconnected(self) -> None:
+        self._disc = True
+        if self._disc_waiter is not None and not self._disc_waiter.done():
+            self._disc_waiter.set_result(None)
+        self._wake_flow()

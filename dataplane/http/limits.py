@@ -1,0 +1,50 @@
+"""Limits of the shared HTTP server (SPEC §5, issue 6 item 1): one frozen settings struct."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """Every bound the server enforces; units are in the names.
+
+    ``read_timeout_s`` bounds the time from a request's first byte to its last (headers and
+    body together), so a client trickling bytes cannot hold a connection or an h2 stream
+    forever; ``idle_timeout_s`` bounds a keep-alive connection with no request in progress.
+    A request whose handler is running has no server-side deadline: the router enforces
+    ``--request-timeout-s`` itself.
+    """
+
+    max_body_bytes: int = 32 * MIB
+    max_header_bytes: int = 64 * 1024
+    idle_timeout_s: float = 75.0
+    read_timeout_s: float = 30.0
+    # HTTP/1.1: requests parsed ahead of their answers before reading pauses (pipelining depth).
+    h1_max_pipelined: int = 16
+    h2_max_concurrent_streams: int = 1000
+    # RFC 9113 §6.9.2: we advertise large windows so an upload is never throttled by credit.
+    h2_initial_window_bytes: int = 16 * MIB
+    h2_connection_window_bytes: int = 16 * MIB
+    h2_max_frame_bytes: int = 64 * 1024
+    # A streaming writer waits once this much of its answer is queued behind flow control.
+    h2_stream_buffer_bytes: int = 256 * 1024
+    # After an error answer (413, 400, …) unread input is drained this long before closing,
+    # so the client reads the answer instead of a TCP reset (RFC 9112 §9.6 "lingering close").
+    linger_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_header_bytes", "h1_max_pipelined", "h2_max_concurrent_streams"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ServerLimits.{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("idle_timeout_s", "read_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"ServerLimits.{name} must be positive, got {getattr(self, name)}")
+        if not 65535 <= self.h2_initial_window_bytes <= 2**31 - 1:
+            raise ValueError("ServerLimits.h2_initial_window_bytes must be in [65535, 2**31-1]")
+        if not 65535 <= self.h2_connection_window_bytes <= 2**31 - 1:
+            raise ValueError("ServerLimits.h2_connection_window_bytes must be in [65535, 2**31-1]")
+        if not 16384 <= self.h2_max_frame_bytes <= 2**24 - 1:
+            raise ValueError("ServerLimits.h2_max_frame_bytes must be in [16384, 2**24-1]")

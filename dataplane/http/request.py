@@ -1,0 +1,138 @@
+"""What a handler sees: the ``Request``, the ``Responder`` it answers through, and the runner.
+
+Both protocol implementations (``http1``, ``http2``) produce the same two objects, so a handler
+never knows which protocol carried the request except through ``Request.http2``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from dataplane.router.errors import InternalError, error_body
+
+_log = logging.getLogger("dataplane.http")
+
+INTERNAL_ERROR_BODY = error_body(InternalError())
+
+
+class ClientDisconnected(Exception):
+    """The client went away (connection closed or reset, h2 stream reset) before the answer ended."""
+
+
+class Request:
+    """One request, fully read. Header names are lower-case bytes, values as received."""
+
+    __slots__ = ("body", "headers", "http2", "method", "path")
+
+    def __init__(
+        self,
+        method: bytes,
+        path: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        http2: bool,
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self.body = body
+        self.http2 = http2
+
+    def header(self, name: bytes) -> bytes | None:
+        """The first value of header ``name`` (lower-case), or None."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+    def __repr__(self) -> str:
+        proto = "h2" if self.http2 else "h1"
+        return f"<Request {proto} {self.method!r} {self.path!r} body={len(self.body)}B>"
+
+
+class Responder:
+    """Answers one request; ``respond`` for a complete answer, ``start``/``write``/``end`` to stream.
+
+    Header names must be lower-case bytes. The server owns framing: ``content-length``,
+    ``transfer-encoding`` and other connection-specific headers given by the handler are dropped
+    (a ``connection: close`` given on HTTP/1.1 closes the connection after this answer).
+    ``respond``, ``start`` and ``end`` never block; ``write`` waits while the client (transport
+    buffer or h2 flow-control window) is not reading, and raises ``ClientDisconnected``.
+    Calls after the client went away are silently ignored, except ``write``, which raises.
+    """
+
+    __slots__ = ()
+
+    def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        raise NotImplementedError
+
+    def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        raise NotImplementedError
+
+    async def write(self, chunk: bytes) -> None:
+        raise NotImplementedError
+
+    def end(self) -> None:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Break the answer: HTTP/1.1 closes the connection, h2 resets the stream."""
+        raise NotImplementedError
+
+    @property
+    def started(self) -> bool:
+        """True once a status line / HEADERS frame has been produced."""
+        raise NotImplementedError
+
+    @property
+    def finished(self) -> bool:
+        """True once the answer is complete (``respond``/``end``) or aborted."""
+        raise NotImplementedError
+
+    @property
+    def disconnected(self) -> bool:
+        """True once the client went away (connection lost, EOF, or h2 RST_STREAM)."""
+        raise NotImplementedError
+
+    async def wait_disconnected(self) -> None:
+        """Return when the client goes away; never returns for a client that stays."""
+        raise NotImplementedError
+
+
+Handler = Callable[[Request, Responder], Awaitable[None]]
+
+
+async def run_handler(handler: Handler, request: Request, responder: Responder) -> None:
+    """Run one handler; a failing or forgetful handler never takes the connection down.
+
+    A handler exception answers 500 with the SPEC §5 envelope if nothing was sent yet, else
+    breaks the answer (issue 6: the connection loop must survive handler bugs).
+    """
+    try:
+        await handler(request, responder)
+    except asyncio.CancelledError:
+        if not responder.finished:
+            responder.abort()
+        raise
+    except Exception:
+        _log.exception("http handler failed for %r", request)
+        _answer_internal_error(responder)
+    else:
+        if not responder.finished:
+            _log.error("http handler returned without finishing its answer for %r", request)
+            _answer_internal_error(responder)
+
+
+def _answer_internal_error(responder: Responder) -> None:
+    if responder.finished:
+        return
+    if responder.started:
+        responder.abort()
+    else:
+        responder.respond(
+            500,
+            [(b"content-type", b"application/json"), (b"x-router-error-code", b"internal_error")],
+            INTERNAL_ERROR_BODY,
+        )

@@ -1,0 +1,143 @@
+"""Pure wire helpers of the HTTP server: protocol detection, HTTP/1.1 framing, h2 header lists,
+and the server's own error answers. No I/O; everything here is tested with exact bytes.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Final, Literal
+
+from dataplane.router.errors import BadRequest, PayloadTooLarge, RouterError, error_body
+
+# RFC 9113 §3.4: a prior-knowledge client opens with this exact 24-byte preface.
+H2_PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+CONTINUE_100: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
+LAST_CHUNK: Final = b"0\r\n\r\n"
+
+Headers = list[tuple[bytes, bytes]]
+
+
+def classify_preface(data: bytes) -> Literal["h1", "h2", "more"]:
+    """Which protocol a connection speaks, from its first bytes ("more": undecidable yet)."""
+    n = min(len(data), len(H2_PREFACE))
+    if data[:n] != H2_PREFACE[:n]:
+        return "h1"
+    return "h2" if n == len(H2_PREFACE) else "more"
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        return b""
+
+
+STATUS_LINES: Final[dict[int, bytes]] = {
+    s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode("ascii")) for s in HTTPStatus
+}
+H2_STATUS: Final[dict[int, bytes]] = {s.value: b"%d" % s.value for s in HTTPStatus}
+
+
+def status_line(status: int) -> bytes:
+    """The HTTP/1.1 status line for ``status`` (CRLF included)."""
+    line = STATUS_LINES.get(status)
+    if line is None:
+        if not 100 <= status <= 999:
+            raise ValueError(f"invalid HTTP status {status}")
+        line = b"HTTP/1.1 %d %s\r\n" % (status, _reason(status))
+    return line
+
+
+def body_allowed(status: int) -> bool:
+    """RFC 9110 §6.4.1: 1xx, 204 and 304 answers never carry content (nor content-length)."""
+    return status >= 200 and status != 204 and status != 304
+
+
+# Headers the server itself decides on HTTP/1.1 (RFC 9112 §6, §9.6): the handler's are dropped.
+_H1_FRAMING: Final = frozenset({b"content-length", b"transfer-encoding", b"connection", b"keep-alive"})
+
+# RFC 9113 §8.2.2: connection-specific fields must not appear in HTTP/2; content-length is
+# recomputed by the server for complete answers and meaningless for streamed ones.
+_H2_DROPPED: Final = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"transfer-encoding",
+        b"upgrade",
+        b"te",
+        b"content-length",
+    }
+)
+
+
+def encode_h1_head(
+    status: int,
+    headers: Headers,
+    content_length: int | None,
+    chunked: bool,
+    close: bool,
+) -> tuple[bytes, bool]:
+    """Status line + headers + blank line, and whether the connection closes after the answer.
+
+    ``content_length`` None and ``chunked`` False means no framing header at all (bodyless
+    statuses, or an HTTP/1.0 answer delimited by closing). A handler header ``connection:
+    close`` forces ``close``.
+    """
+    parts = [STATUS_LINES.get(status) or status_line(status)]
+    for name, value in headers:
+        if name in _H1_FRAMING:
+            if name == b"connection" and b"close" in value.lower():
+                close = True
+            continue
+        parts += (name, b": ", value, b"\r\n")
+    if content_length is not None:
+        parts.append(b"content-length: %d\r\n" % content_length)
+    elif chunked:
+        parts.append(b"transfer-encoding: chunked\r\n")
+    parts.append(b"connection: close\r\n\r\n" if close else b"\r\n")
+    return b"".join(parts), close
+
+
+def encode_chunk(data: bytes) -> bytes:
+    """One HTTP/1.1 chunk (RFC 9112 §7.1) carrying ``data`` (non-empty)."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def h2_response_headers(status: int, headers: Headers, content_length: int | None) -> Headers:
+    """The HEADERS list of an h2 answer: ``:status`` first, connection-specific fields dropped."""
+    out: Headers = [(b":status", H2_STATUS.get(status) or b"%d" % status)]
+    for item in headers:
+        if item[0] not in _H2_DROPPED:
+            out.append(item)
+    if content_length is not None:
+        out.append((b"content-length", b"%d" % content_length))
+    return out
+
+
+class HeaderFieldsTooLarge(BadRequest):
+    """Request headers over ``max_header_bytes`` (RFC 6585 §5)."""
+
+    status, default_message = 431, "request header fields are too large"
+
+
+class RequestTimeout(BadRequest):
+    """The request did not arrive completely within ``read_timeout_s`` (RFC 9110 §15.5.9)."""
+
+    status, default_message = 408, "the request was not received in time"
+
+
+ErrorAnswer = tuple[int, Headers, bytes]
+
+
+def error_answer(err: RouterError) -> ErrorAnswer:
+    """The server's own error answer: SPEC §5 envelope + ``x-router-error-code``."""
+    headers = [(b"content-type", b"application/json"), (b"x-router-error-code", err.code.encode("ascii"))]
+    return err.status, headers, error_body(err)
+
+
+MALFORMED: Final = error_answer(BadRequest("malformed HTTP request"))
+TOO_LARGE: Final = error_answer(PayloadTooLarge())
+HEADERS_TOO_LARGE: Final = error_answer(HeaderFieldsTooLarge())
+TIMED_OUT: Final = error_answer(RequestTimeout())
