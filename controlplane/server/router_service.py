@@ -19,12 +19,21 @@ import structlog
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from controlplane.contracts import FIELD_BY_NAME
-from controlplane.routers.rejections import RejectionLedger
-from controlplane.routers.rollout import RolloutBoard, RouterRecord
-from controlplane.store.routers import RouterStatsStore, RouterStoreError
+from controlplane.routers.page import render_rejections, render_routers
+from controlplane.routers.rejections import RejectionLedger, RejectionTotals
+from controlplane.routers.rollout import RolloutBoard, RouterRecord, RouterView
+from controlplane.server.component import AppContext, Component, ServiceBinding
+from controlplane.store.routers import (
+    MemoryRouterStatsStore,
+    RouterStatsStore,
+    RouterStoreError,
+    SqliteRouterStatsStore,
+)
 from controlplane.v1 import router_pb2, router_pb2_grpc
 
 log = structlog.get_logger(__name__)
+
+SERVICE_NAME = router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name
 
 MAX_ID_CHARS = 256
 MAX_APPLY_ERROR_CHARS = 4096
@@ -94,21 +103,32 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
         self._flusher: asyncio.Task[None] | None = None
         self._failing = False
 
-    async def start(self) -> None:
-        """Load what the store kept and start the flusher."""
+    async def load(self) -> None:
+        """Take up what the store kept (before serving)."""
         records, rows = await self._store.load()
         self._board = RolloutBoard(records)
         self._ledger = RejectionLedger(rows)
-        self._flusher = asyncio.create_task(self._flush_loop(), name="router-stats-flusher")
+
+    async def start(self) -> None:
+        """Load, then run the flusher as a task owned by this service (without an app)."""
+        await self.load()
+        self._flusher = asyncio.create_task(self.run_flusher(), name="router-stats-flusher")
 
     async def stop(self) -> None:
-        """Stop the flusher and write whatever is still pending (call after the server stopped)."""
+        """Stop the flusher started by ``start`` (it writes what is pending as it ends)."""
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
             self._flusher = None
-        await self.flush()
+
+    def views(self, current_revision: int) -> list[RouterView]:
+        """The rollout view (for the status page)."""
+        return self._board.view(current_revision)
+
+    def totals(self) -> RejectionTotals:
+        """The rejection totals (for the status page)."""
+        return self._ledger.totals()
 
     async def flush(self) -> None:
         """Write every changed record and count now; on failure keep them for the next try."""
@@ -129,13 +149,18 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
             log.info("router_stats_write_recovered")
         self._failing = False
 
-    async def _flush_loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            await self.flush()
-            # Coalesce: whatever arrives meanwhile waits for the next turn.
-            await asyncio.sleep(self._flush_interval_s)
+    async def run_flusher(self) -> None:
+        """Write changes at most once per interval until cancelled; then write what is left."""
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                await self.flush()
+                # Coalesce: whatever arrives meanwhile waits for the next turn.
+                await asyncio.sleep(self._flush_interval_s)
+        finally:
+            # Shutdown (the server has stopped, so the report streams have ended): last write.
+            await asyncio.shield(self.flush())
 
     async def ReportRouterStatus(
         self,
@@ -219,3 +244,31 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
             by_router=[router_pb2.KeyCount(key=k, count=c) for k, c in totals.by_router],
             detail=[router_pb2.RejectionCount(scope=s, param=p, count=c) for s, p, c in totals.detail],
         )
+
+
+async def router_component(ctx: AppContext) -> Component:
+    """RouterService, its flusher, and the routers and rejections sections of the status page."""
+    store: RouterStatsStore = (
+        await SqliteRouterStatsStore.open(ctx.database)
+        if ctx.database is not None
+        else MemoryRouterStatsStore()
+    )
+
+    async def current_revision() -> int:
+        return ctx.store.snapshot().revision
+
+    service = RouterService(store, current_revision)
+    await service.load()
+
+    def routers_section() -> str:
+        revision = ctx.store.snapshot().revision
+        return render_routers(service.views(revision), revision, time.time())
+
+    return Component(
+        services=[ServiceBinding(router_pb2_grpc.add_RouterServiceServicer_to_server, service, SERVICE_NAME)],
+        background=[service.run_flusher],
+        status_sections=[
+            ("Routers", routers_section),
+            ("Rejections", lambda: render_rejections(service.totals())),
+        ],
+    )

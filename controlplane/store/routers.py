@@ -1,9 +1,10 @@
 """Durable router status and rejection counts (SPEC §6: ``GetRejectionStats`` survives restarts).
 
 Two tables in the control plane's SQLite file, next to the contract store's tables but owned by
-this module (its own connection): the newest status record per router and the last cumulative
-count per (router, boot, scope, param). Same durability settings as the contract store (WAL,
-``synchronous=FULL``, SPEC §6 "Durability"); every blocking call runs in a worker thread.
+this module: the newest status record per router and the last cumulative count per (router,
+boot, scope, param). They go through the contract store's ``SqliteDatabase`` (its one thread and
+connection, WAL + ``synchronous=FULL``, SPEC §6 "Durability"), so the event loop never blocks on
+the disk and the file has a single writer.
 
 Writes are coalesced by the caller (``RouterService`` flushes at most once per second, and when a
 report stream ends). Nothing acknowledged to a client depends on them: a router re-sends its
@@ -13,15 +14,14 @@ back with the router's next report after it reconnects.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Protocol
 
+from controlplane.errors import Unavailable
 from controlplane.routers.rejections import RejectionRow
 from controlplane.routers.rollout import RouterRecord
+from controlplane.store.database import SqliteDatabase
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS router_status (
@@ -89,98 +89,64 @@ class MemoryRouterStatsStore:
 
 
 class SqliteRouterStatsStore:
-    """The router-stats tables in a SQLite file (shared with the contract store)."""
+    """The router-stats tables in the control plane's SQLite file, on its database thread."""
 
-    def __init__(self, path: str | Path) -> None:
-        self._path = str(path)
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
+    def __init__(self, database: SqliteDatabase) -> None:
+        self._database = database
 
     @classmethod
-    async def open(cls, path: str | Path) -> SqliteRouterStatsStore:
-        """Open (creating the tables if needed)."""
-        store = cls(path)
-        await asyncio.to_thread(store._open)
-        return store
-
-    def _open(self) -> None:
+    async def open(cls, database: SqliteDatabase) -> SqliteRouterStatsStore:
+        """Create the tables if needed (``database`` is open and owned by the contract store)."""
+        store = cls(database)
         try:
-            # isolation_level=None: explicit BEGIN/COMMIT, so one save is one durable transaction.
-            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            # The contract store writes the same file through its own connection.
-            conn.execute("PRAGMA busy_timeout=5000")
-            for statement in _SCHEMA:
-                conn.execute(statement)
+            await database.transaction(_create_tables)
         except sqlite3.Error as exc:
-            raise RouterStoreError(f"cannot open router stats in {self._path}: {exc}") from exc
-        self._conn = conn
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise RouterStoreError("router stats store is closed")
-        return self._conn
+            raise RouterStoreError(f"cannot create the router stats tables: {exc}") from exc
+        return store
 
     async def load(self) -> tuple[list[RouterRecord], list[RejectionRow]]:
         """Every stored status record and count."""
-        return await asyncio.to_thread(self._load)
-
-    def _load(self) -> tuple[list[RouterRecord], list[RejectionRow]]:
-        with self._lock:
-            conn = self._connection()
-            try:
-                records = [
-                    RouterRecord(str(r[0]), str(r[1]), int(r[2]), str(r[3]), float(r[4]))
-                    for r in conn.execute(
-                        "SELECT router_id, boot_id, applied_revision, apply_error, last_report_unix_s"
-                        " FROM router_status"
-                    )
-                ]
-                rows = [
-                    RejectionRow(str(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[4]))
-                    for r in conn.execute(
-                        "SELECT router_id, boot_id, scope, param, count FROM router_rejections"
-                    )
-                ]
-            except sqlite3.Error as exc:
-                raise RouterStoreError(f"cannot read router stats: {exc}") from exc
-        return records, rows
+        try:
+            return await self._database.read(_load)
+        except sqlite3.Error as exc:
+            raise RouterStoreError(f"cannot read router stats: {exc}") from exc
 
     async def save(self, records: Sequence[RouterRecord], rows: Sequence[RejectionRow]) -> None:
         """Write status records and counts in one durable transaction."""
-        if records or rows:
-            await asyncio.to_thread(self._save, list(records), list(rows))
+        if not records and not rows:
+            return
+        statuses = [
+            (r.router_id, r.boot_id, r.applied_revision, r.apply_error, r.last_report_unix_s) for r in records
+        ]
+        counts = [(r.router_id, r.boot_id, r.scope, r.param, r.count) for r in rows]
 
-    def _save(self, records: list[RouterRecord], rows: list[RejectionRow]) -> None:
-        with self._lock:
-            conn = self._connection()
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    conn.executemany(
-                        _UPSERT_STATUS,
-                        [
-                            (r.router_id, r.boot_id, r.applied_revision, r.apply_error, r.last_report_unix_s)
-                            for r in records
-                        ],
-                    )
-                    conn.executemany(
-                        _UPSERT_COUNT, [(r.router_id, r.boot_id, r.scope, r.param, r.count) for r in rows]
-                    )
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                raise RouterStoreError(f"cannot write router stats: {exc}") from exc
+        def write(conn: sqlite3.Connection) -> None:
+            conn.executemany(_UPSERT_STATUS, statuses)
+            conn.executemany(_UPSERT_COUNT, counts)
+
+        try:
+            await self._database.transaction(write)
+        except (sqlite3.Error, Unavailable) as exc:
+            raise RouterStoreError(f"cannot write router stats: {exc}") from exc
 
     async def close(self) -> None:
-        """Close the connection (idempotent)."""
-        await asyncio.to_thread(self._close)
+        """Nothing to do: the database belongs to the contract store, which closes it."""
 
-    def _close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+
+def _create_tables(conn: sqlite3.Connection) -> None:
+    for statement in _SCHEMA:
+        conn.execute(statement)
+
+
+def _load(conn: sqlite3.Connection) -> tuple[list[RouterRecord], list[RejectionRow]]:
+    records = [
+        RouterRecord(str(r[0]), str(r[1]), int(r[2]), str(r[3]), float(r[4]))
+        for r in conn.execute(
+            "SELECT router_id, boot_id, applied_revision, apply_error, last_report_unix_s FROM router_status"
+        )
+    ]
+    rows = [
+        RejectionRow(str(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[4]))
+        for r in conn.execute("SELECT router_id, boot_id, scope, param, count FROM router_rejections")
+    ]
+    return records, rows

@@ -1,0 +1,200 @@
+"""The control plane's composition root: store, services, interceptor, listeners, lifecycle.
+
+``COMPONENTS`` lists the services the control plane runs; each is a factory returning a
+``Component`` (``controlplane.server.component``), so adding a service is one line here.
+Start order: store -> components -> gRPC server (+ health, reflection) -> background tasks ->
+HTTP. Stop order: health NOT_SERVING -> components' shutdown hooks (end their streams) ->
+server stop with grace -> background tasks cancelled -> HTTP -> store closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from types import TracebackType
+
+import grpc
+import structlog
+from grpc import aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from controlplane.server.auth import TokenFileError, TokenTable, load_tokens
+from controlplane.server.component import AppContext, Component, ComponentFactory
+from controlplane.server.contract_service import contract_component
+from controlplane.server.contract_views import ContractViews
+from controlplane.server.http import StatusHttpServer
+from controlplane.server.interceptor import ServiceInterceptor
+from controlplane.settings import Address, ControlSettings, SettingsError
+from controlplane.store import SqliteStore
+
+log = structlog.get_logger("controlplane.app")
+
+COMPONENTS: tuple[ComponentFactory, ...] = (contract_component,)
+
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+# Long-lived watch streams: let clients keep idle connections alive with pings (routers), and
+# never share the port with another process (gRPC sets SO_REUSEPORT by default).
+SERVER_OPTIONS = (
+    ("grpc.so_reuseport", 0),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_pings_without_data", 0),
+)
+
+
+def _read(flag: str, path: object) -> bytes:
+    try:
+        with open(str(path), "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise SettingsError(f"{flag} {path}: cannot read ({exc.strerror})") from None
+
+
+def _credentials(settings: ControlSettings) -> grpc.ServerCredentials | None:
+    tls = settings.tls
+    if tls is None:
+        return None
+    key, cert = _read("--tls-key", tls.key), _read("--tls-cert", tls.cert)
+    client_ca = _read("--tls-client-ca", tls.client_ca) if tls.client_ca else None
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
+
+
+class ControlPlane:
+    """One running control plane; ``async with ControlPlane(settings) as cp: cp.grpc_address``."""
+
+    def __init__(self, settings: ControlSettings, components: Sequence[ComponentFactory] = COMPONENTS):
+        self.settings = settings
+        self._factories = tuple(components)
+        self.store = SqliteStore(settings.store_path)
+        self.contracts = ContractViews(self.store)
+        self._components: list[Component] = []
+        self._server: aio.Server | None = None
+        self._health = HealthServicer()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._http: StatusHttpServer | None = None
+        self._stopping = False
+        self._store_open = False
+        self.grpc_address: Address | None = None
+        self.http_address: Address | None = None
+
+    async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
+        settings = self.settings
+        tokens = self._tokens()
+        credentials = _credentials(settings)
+        self._store_open = True  # close() also releases the database thread after a failed open
+        try:
+            await self.store.open()
+        except Exception as exc:
+            raise SettingsError(f"--store sqlite:{settings.store_path}: {exc}") from exc
+        ctx = AppContext(settings, self.store, self.store.database, self.contracts)
+        self._components = [await factory(ctx) for factory in self._factories]
+
+        server = aio.server(interceptors=[ServiceInterceptor(tokens)], options=SERVER_OPTIONS)
+        self._server = server
+        names = [HEALTH_SERVICE, reflection.SERVICE_NAME]
+        for component in self._components:
+            for binding in component.services:
+                binding.register(server)
+                names.append(binding.name)
+                await self._health.set(binding.name, health_pb2.HealthCheckResponse.SERVING)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(names, server)
+        target = str(settings.listen)
+        try:
+            port = (
+                server.add_insecure_port(target)
+                if credentials is None
+                else server.add_secure_port(target, credentials)
+            )
+        except RuntimeError as exc:
+            raise SettingsError(f"--listen {target}: cannot bind ({exc})") from None
+        if port == 0:
+            raise SettingsError(f"--listen {target}: cannot bind (address in use?)")
+        await server.start()
+        self.grpc_address = Address(settings.listen.host, port)
+
+        for component in self._components:
+            for run in component.background:
+                task = asyncio.create_task(run(), name=f"background:{getattr(run, '__qualname__', run)}")
+                task.add_done_callback(self._background_done)
+                self._tasks.append(task)
+
+        if settings.http_listen is not None:
+            sections = [s for c in self._components for s in c.status_sections]
+            self._http = StatusHttpServer(sections, healthy=lambda: not self._stopping)
+            try:
+                _, http_port = await self._http.start(settings.http_listen.host, settings.http_listen.port)
+            except OSError as exc:
+                raise SettingsError(
+                    f"--http-listen {settings.http_listen}: cannot bind ({exc.strerror})"
+                ) from None
+            self.http_address = Address(settings.http_listen.host, http_port)
+        log.info(
+            "control_plane_started",
+            listen=str(self.grpc_address),
+            http=str(self.http_address) if self.http_address else None,
+            store=str(settings.store_path),
+            revision=self.store.snapshot().revision,
+            auth=tokens is not None,
+            tls=settings.tls is not None,
+        )
+
+    def _tokens(self) -> TokenTable | None:
+        path = self.settings.auth_tokens
+        if path is None:
+            return None
+        try:
+            return load_tokens(path)
+        except TokenFileError as exc:
+            raise SettingsError(f"--auth-tokens {path}: {exc}") from None
+
+    def _background_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background_task_failed", task=task.get_name(), exc_info=task.exception())
+
+    async def stop(self) -> None:
+        """Idempotent graceful stop; every listener, task and the store are closed."""
+        if self._stopping:
+            return
+        self._stopping = True
+        await self._health.enter_graceful_shutdown()
+        for component in self._components:
+            for hook in component.on_shutdown:
+                result = hook()
+                if result is not None:
+                    await result
+        if self._server is not None:
+            await self._server.stop(self.settings.shutdown_grace_s)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._http is not None:
+            await self._http.stop()
+        if self._store_open:
+            await self.store.close()
+        log.info("control_plane_stopped")
+
+    async def __aenter__(self) -> ControlPlane:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()

@@ -1,0 +1,130 @@
+"""Shared plumbing of the operator commands (SPEC §1): connect, authenticate, print, fail.
+
+Every operator command (``contract``, ``workers``, ``loads``, ``routers``, ``stats``) uses::
+
+    def add_arguments(parser):
+        add_connection_arguments(parser)          # --control-plane, --token, --tls-ca, --output
+        ...
+
+    def run(args) -> int:
+        with ControlPlaneClient.from_args(args) as client:
+            stub = contract_pb2_grpc.ContractServiceStub(client.channel)
+            try:
+                response = client.call(stub.ListContracts, contract_pb2.ListContractsRequest())
+            except CommandError as exc:
+                return exc.report("contract list")
+            client.print_message(response) if args.output == "json" else print(table(...))
+        return 0
+
+``call`` adds the bearer token and a deadline and turns ``grpc.RpcError`` into ``CommandError``
+carrying the server's status and message (the adapter boundary: no gRPC error leaks past it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+DEFAULT_CONTROL_PLANE = "127.0.0.1:50051"
+DEFAULT_TIMEOUT_S = 10.0
+SERVER_ERROR_EXIT = 1
+USAGE_ERROR_EXIT = 2
+
+R = TypeVar("R")
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--control-plane", default=DEFAULT_CONTROL_PLANE, metavar="HOST:PORT")
+    parser.add_argument("--token", default=None, help="bearer token (see the control plane's --auth-tokens)")
+    parser.add_argument("--tls-ca", default=None, metavar="FILE", help="use TLS, trusting this CA (PEM)")
+    parser.add_argument("--output", choices=("table", "json"), default="table")
+    parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="per-call deadline")
+
+
+class CommandError(Exception):
+    """A failed call or a refused argument; ``report`` prints it and returns the exit code."""
+
+    def __init__(self, message: str, exit_code: int = SERVER_ERROR_EXIT) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+    def report(self, command: str) -> int:
+        print(f"fleetplane {command}: {self.message}", file=sys.stderr, flush=True)
+        return self.exit_code
+
+
+class ControlPlaneClient:
+    """A channel to the control plane plus the caller's metadata and deadline."""
+
+    def __init__(
+        self, target: str, *, token: str | None = None, tls_ca: str | None = None, timeout_s: float = 10.0
+    ) -> None:
+        self.target = target
+        self.timeout_s = timeout_s
+        self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
+        if tls_ca is None:
+            self.channel = grpc.insecure_channel(target)
+        else:
+            try:
+                with open(tls_ca, "rb") as f:
+                    ca = f.read()
+            except OSError as exc:
+                raise CommandError(
+                    f"--tls-ca {tls_ca}: cannot read ({exc.strerror})", USAGE_ERROR_EXIT
+                ) from None
+            self.channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=ca))
+
+    @staticmethod
+    def from_args(args: argparse.Namespace) -> ControlPlaneClient:
+        return ControlPlaneClient(
+            args.control_plane, token=args.token, tls_ca=args.tls_ca, timeout_s=args.timeout_s
+        )
+
+    def call(self, method: Callable[..., R], request: Message) -> R:
+        """One unary call; a failure raises ``CommandError`` with the status and server message."""
+        try:
+            return method(request, metadata=self.metadata, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise CommandError(describe_rpc_error(exc, self.target)) from None
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> ControlPlaneClient:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def describe_rpc_error(exc: grpc.RpcError, target: str) -> str:
+    code: grpc.StatusCode | None = exc.code() if isinstance(exc, grpc.Call) else None
+    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    if code is grpc.StatusCode.UNAVAILABLE:
+        return f"control plane at {target} unavailable: {details}"
+    name = code.name if code is not None else "ERROR"
+    return f"{name}: {details}"
+
+
+def message_json(message: Message) -> str:
+    """protobuf's JSON mapping (SPEC §1 ``--output json``)."""
+    return json_format.MessageToJson(message, indent=2)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain aligned text table (no borders), headers in capitals."""
+    cells = [[str(h).upper() for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )

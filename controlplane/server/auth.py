@@ -1,0 +1,165 @@
+"""Bearer tokens and roles (SPEC §6 Auth): who may call which method.
+
+The tokens file (``--auth-tokens FILE``) is a JSON object mapping each token's *name* to its
+secret and role::
+
+    {
+      "ops":      {"token": "s3cr3t-admin",  "role": "admin"},
+      "router-a": {"token": "s3cr3t-router", "role": "router"},
+      "grafana":  {"token": "s3cr3t-viewer", "role": "viewer"}
+    }
+
+The name is what history records as the author of a change. Roles, by method-name verb in
+any ``controlplane.*`` service: ``admin`` may call everything; ``router`` ``Get*``, ``List*``,
+``Watch*`` and ``Report*``; ``viewer`` ``Get*``, ``List*`` and ``Watch*`` (which covers
+``GetRejectionStats``). Health and reflection are open to everyone. Without a tokens file
+every caller is the admin ``anonymous`` (the control plane then only listens on loopback).
+
+Pure: no gRPC here; the interceptor adapts it.
+"""
+
+from __future__ import annotations
+
+import enum
+import hmac
+import json
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+
+OPEN_SERVICES = frozenset(
+    {
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
+        "grpc.reflection.v1.ServerReflection",
+    }
+)
+PROTECTED_PACKAGE = "controlplane."
+
+
+class Role(enum.Enum):
+    ADMIN = "admin"
+    ROUTER = "router"
+    VIEWER = "viewer"
+
+
+_VERBS: Mapping[Role, tuple[str, ...]] = {
+    Role.ROUTER: ("Get", "List", "Watch", "Report"),
+    Role.VIEWER: ("Get", "List", "Watch"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The caller: the token's name (the author of its changes) and role."""
+
+    name: str
+    role: Role
+
+
+ANONYMOUS = Principal("anonymous", Role.ADMIN)
+
+# Set by the interceptor for the duration of each call (each RPC runs in its own task).
+CURRENT_PRINCIPAL: ContextVar[Principal] = ContextVar("fleetplane_principal", default=ANONYMOUS)
+
+
+def current_principal() -> Principal:
+    """The caller of the RPC being served."""
+    return CURRENT_PRINCIPAL.get()
+
+
+def split_method(full_method: str) -> tuple[str, str]:
+    """``/controlplane.v1.ContractService/GetContract`` -> (service, method)."""
+    service, _, method = full_method.lstrip("/").rpartition("/")
+    return service, method
+
+
+def is_open(full_method: str) -> bool:
+    return split_method(full_method)[0] in OPEN_SERVICES
+
+
+def allows(role: Role, full_method: str) -> bool:
+    """Whether ``role`` may call ``full_method`` (see the module docstring)."""
+    if role is Role.ADMIN:
+        return True
+    service, method = split_method(full_method)
+    return service.startswith(PROTECTED_PACKAGE) and method.startswith(_VERBS[role])
+
+
+class TokenFileError(ValueError):
+    """The tokens file cannot be used; the message says why (never quoting a secret)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    secret: bytes
+    principal: Principal
+
+
+class TokenTable:
+    """Looks a presented token up in constant time per entry."""
+
+    def __init__(self, entries: Mapping[str, tuple[str, Role]]) -> None:
+        self._entries = tuple(
+            _Entry(token.encode(), Principal(name, role)) for name, (token, role) in entries.items()
+        )
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, presented: str) -> Principal | None:
+        # Compare against every entry (no early exit) with hmac.compare_digest so timing says
+        # nothing about which, or how much of, a secret matched.
+        candidate = presented.encode()
+        found: Principal | None = None
+        for entry in self._entries:
+            if hmac.compare_digest(entry.secret, candidate):
+                found = entry.principal
+        return found
+
+
+def parse_tokens(text: str) -> TokenTable:
+    """Parse the tokens file's JSON (see the module docstring)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TokenFileError(f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(doc, dict) or not doc:
+        raise TokenFileError('must be a non-empty JSON object {"NAME": {"token": ..., "role": ...}}')
+    roles = ", ".join(r.value for r in Role)
+    entries: dict[str, tuple[str, Role]] = {}
+    seen: dict[str, str] = {}
+    for name, spec in doc.items():
+        if not name:
+            raise TokenFileError("a token name is empty")
+        if not isinstance(spec, dict) or set(spec) != {"token", "role"}:
+            raise TokenFileError(f'{name!r}: must be {{"token": "...", "role": "{roles}"}}')
+        token, role = spec["token"], spec["role"]
+        if not isinstance(token, str) or not token or not token.isprintable() or " " in token:
+            raise TokenFileError(f"{name!r}: token must be a non-empty printable string without spaces")
+        if role not in {r.value for r in Role}:
+            raise TokenFileError(f"{name!r}: role must be one of {roles}, got {role!r}")
+        if token in seen:
+            raise TokenFileError(f"{name!r}: same token as {seen[token]!r}")
+        seen[token] = name
+        entries[name] = (token, Role(role))
+    return TokenTable(entries)
+
+
+def load_tokens(path: Path) -> TokenTable:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TokenFileError(f"cannot read: {exc.strerror}") from None
+    return parse_tokens(text)
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``authorization: Bearer <token>`` value (scheme case-insensitive)."""
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()

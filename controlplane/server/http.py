@@ -1,0 +1,82 @@
+"""``--http-listen``: ``/metrics`` (Prometheus text), ``/healthz`` and the status page (SPEC §8).
+
+A deliberately small HTTP/1.1 server on asyncio streams: GET/HEAD only, one request per
+connection, bounded header size and read time. Enough for Prometheus and a browser; the
+control plane's real API is gRPC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+
+import structlog
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from controlplane.server.component import StatusSection
+from controlplane.server.status_page import render_page
+
+log = structlog.get_logger("controlplane.http")
+
+MAX_HEADER_BYTES = 16 * 1024
+READ_TIMEOUT_S = 5.0
+_REASONS = {
+    200: "OK",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    400: "Bad Request",
+    503: "Service Unavailable",
+}
+
+
+class StatusHttpServer:
+    def __init__(self, sections: Sequence[StatusSection], healthy: Callable[[], bool]) -> None:
+        self._sections = sections
+        self._healthy = healthy
+        self._server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        """Bind and serve; returns the bound (host, port)."""
+        self._server = await asyncio.start_server(self._handle, host, port, limit=MAX_HEADER_BYTES)
+        bound = self._server.sockets[0].getsockname()
+        return str(bound[0]), int(bound[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    def _route(self, path: str) -> tuple[int, str, bytes]:
+        path = path.split("?", 1)[0]
+        if path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY)
+        if path == "/healthz":
+            ok = self._healthy()
+            return (200 if ok else 503), "text/plain; charset=utf-8", b"ok\n" if ok else b"stopping\n"
+        if path in ("/", "/status"):
+            page = render_page("fleetplane control plane", self._sections)
+            return 200, "text/html; charset=utf-8", page.encode()
+        return 404, "text/plain; charset=utf-8", b"not found\n"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
+            method, path, _ = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ", 2)
+            if method not in ("GET", "HEAD"):
+                status, ctype, body = 405, "text/plain; charset=utf-8", b"GET only\n"
+            else:
+                status, ctype, body = self._route(path)
+            header = (
+                f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
+            writer.write(header.encode() + (b"" if method == "HEAD" else body))
+            await writer.drain()
+        except (TimeoutError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
+            pass  # a client that cannot speak HTTP gets the connection closed
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()

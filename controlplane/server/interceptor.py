@@ -1,0 +1,158 @@
+"""The server interceptor: authenticate, authorise, and map errors, for every service.
+
+Every method handler is wrapped once per call: the caller's ``Principal`` is set in a context
+variable for the servicer (the author of a change), and any exception the servicer raises is
+turned into a status by ``status_for`` -- so services added later (LoadService, RouterService)
+get auth and the error mapping without code of their own.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NoReturn
+
+import grpc
+from grpc import aio
+
+from controlplane.server.auth import (
+    ANONYMOUS,
+    CURRENT_PRINCIPAL,
+    Principal,
+    TokenTable,
+    allows,
+    bearer_token,
+    is_open,
+    split_method,
+)
+from controlplane.server.errors import status_for
+
+_Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]]
+
+
+async def _abort(context: aio.ServicerContext[Any, Any], exc: Exception) -> NoReturn:
+    if isinstance(exc, aio.AbortError):  # context.abort() already chose the status
+        raise exc
+    code, message = status_for(exc)
+    await context.abort(code, message)
+    raise AssertionError("unreachable: abort raises")
+
+
+def _metadata_value(details: grpc.HandlerCallDetails, key: str) -> str | None:
+    for item_key, value in details.invocation_metadata or ():
+        if item_key == key:
+            return value if isinstance(value, str) else value.decode("latin-1")
+    return None
+
+
+def _wrap(handler: grpc.RpcMethodHandler[Any, Any], principal: Principal) -> grpc.RpcMethodHandler[Any, Any]:
+    """The same handler, with the principal set and errors mapped around its behaviour."""
+    des, ser = handler.request_deserializer, handler.response_serializer
+    if handler.unary_unary is not None:
+        unary_unary: Any = handler.unary_unary
+
+        async def uu(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+            CURRENT_PRINCIPAL.set(principal)
+            try:
+                return await unary_unary(request, context)
+            except Exception as exc:
+                await _abort(context, exc)
+
+        return grpc.unary_unary_rpc_method_handler(uu, des, ser)
+    if handler.unary_stream is not None:
+        unary_stream: Any = handler.unary_stream
+
+        async def us(request: Any, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            CURRENT_PRINCIPAL.set(principal)
+            try:
+                result = unary_stream(request, context)
+                if inspect.isasyncgen(result):
+                    async for item in result:
+                        yield item
+                else:
+                    await result
+            except Exception as exc:
+                await _abort(context, exc)
+
+        return grpc.unary_stream_rpc_method_handler(us, des, ser)
+    if handler.stream_unary is not None:
+        stream_unary: Any = handler.stream_unary
+
+        async def su(requests: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+            CURRENT_PRINCIPAL.set(principal)
+            try:
+                return await stream_unary(requests, context)
+            except Exception as exc:
+                await _abort(context, exc)
+
+        return grpc.stream_unary_rpc_method_handler(su, des, ser)
+    stream_stream: Any = handler.stream_stream
+    assert stream_stream is not None
+
+    async def ss(requests: Any, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        CURRENT_PRINCIPAL.set(principal)
+        try:
+            result = stream_stream(requests, context)
+            if inspect.isasyncgen(result):
+                async for item in result:
+                    yield item
+            else:
+                await result
+        except Exception as exc:
+            await _abort(context, exc)
+
+    return grpc.stream_stream_rpc_method_handler(ss, des, ser)
+
+
+def _denied(
+    handler: grpc.RpcMethodHandler[Any, Any], code: grpc.StatusCode, message: str
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """A handler of the same shape that only answers ``code``."""
+
+    async def deny(_request: Any, context: aio.ServicerContext[Any, Any]) -> NoReturn:
+        await context.abort(code, message)
+        raise AssertionError("unreachable: abort raises")
+
+    des, ser = handler.request_deserializer, handler.response_serializer
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(deny, des, ser)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(deny, des, ser)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(deny, des, ser)
+    return grpc.stream_stream_rpc_method_handler(deny, des, ser)
+
+
+class ServiceInterceptor(aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Bearer-token auth (``tokens`` None: everyone is ``anonymous``) plus the error mapping."""
+
+    def __init__(self, tokens: TokenTable | None) -> None:
+        self._tokens = tokens
+
+    async def intercept_service(  # type: ignore[override]  # None: unknown method (UNIMPLEMENTED)
+        self, continuation: _Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or is_open(method):
+            return handler
+        if self._tokens is None:
+            return _wrap(handler, ANONYMOUS)
+        token = bearer_token(_metadata_value(handler_call_details, "authorization"))
+        if token is None:
+            return _denied(
+                handler,
+                grpc.StatusCode.UNAUTHENTICATED,
+                "missing bearer token: send metadata 'authorization: Bearer <token>'",
+            )
+        principal = self._tokens.lookup(token)
+        if principal is None:
+            return _denied(handler, grpc.StatusCode.UNAUTHENTICATED, "unknown bearer token")
+        if not allows(principal.role, method):
+            return _denied(
+                handler,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"token {principal.name!r} (role {principal.role.value}) may not call "
+                f"{split_method(method)[1]}",
+            )
+        return _wrap(handler, principal)

@@ -1,0 +1,126 @@
+"""Frozen settings of ``fleetplane control`` (SPEC §1), validated at startup.
+
+Every refusal is a ``SettingsError`` whose one-line message names the flag, the value and what
+is allowed (SPEC §1: startup errors exit non-zero with one such line).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_STORE = "sqlite:./.fleetplane/control.db"
+DEFAULT_HTTP_LISTEN = "127.0.0.1:9464"
+
+
+class SettingsError(ValueError):
+    """A flag value the control plane cannot start with."""
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
+    def loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False  # a name other than localhost may resolve anywhere
+
+
+def parse_address(flag: str, value: str) -> Address:
+    """``HOST:PORT`` or ``[V6]:PORT``; port 0 asks the OS for a free port."""
+    host, sep, port_text = value.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise SettingsError(f"{flag} {value!r}: expected HOST:PORT (e.g. 127.0.0.1:50051, [::1]:50051)")
+    return Address(host, int(port_text))
+
+
+def parse_store(value: str) -> Path:
+    """``sqlite:PATH`` -> PATH. ``etcd://`` is part of SPEC §1 but not built yet."""
+    if value.startswith("sqlite:"):
+        path = value[len("sqlite:") :]
+        if not path:
+            raise SettingsError(
+                f"--store {value!r}: sqlite needs a path, e.g. sqlite:./.fleetplane/control.db"
+            )
+        return Path(path)
+    if value.startswith("etcd://"):
+        raise SettingsError(
+            f"--store {value!r}: the etcd store is not supported by this build; use sqlite:PATH"
+        )
+    raise SettingsError(f"--store {value!r}: expected sqlite:PATH")
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    cert: Path
+    key: Path
+    client_ca: Path | None  # set: mTLS, clients must present a certificate signed by it
+
+
+@dataclass(frozen=True, slots=True)
+class ControlSettings:
+    listen: Address
+    store_path: Path
+    auth_tokens: Path | None = None
+    tls: TlsFiles | None = None
+    http_listen: Address | None = None  # None: no HTTP listener
+    load_stale_after_s: float = 3.0
+    load_push_interval_ms: int = 50
+    shutdown_grace_s: float = 2.0
+
+    @staticmethod
+    def build(
+        *,
+        listen: str = DEFAULT_LISTEN,
+        store: str = DEFAULT_STORE,
+        auth_tokens: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        tls_client_ca: str | None = None,
+        http_listen: str | None = DEFAULT_HTTP_LISTEN,
+        load_stale_after_s: float = 3.0,
+        load_push_interval_ms: int = 50,
+    ) -> ControlSettings:
+        """Validate raw flag values (``http_listen`` None, "" or "off" disables HTTP)."""
+        address = parse_address("--listen", listen)
+        if auth_tokens is None and not address.loopback:
+            raise SettingsError(
+                f"--listen {listen!r}: a non-loopback address needs --auth-tokens FILE (SPEC §6 Auth)"
+            )
+        if (tls_cert is None) != (tls_key is None):
+            raise SettingsError("--tls-cert and --tls-key: give both or neither")
+        if tls_client_ca is not None and tls_cert is None:
+            raise SettingsError("--tls-client-ca: needs --tls-cert and --tls-key")
+        tls = None
+        if tls_cert is not None and tls_key is not None:
+            tls = TlsFiles(Path(tls_cert), Path(tls_key), Path(tls_client_ca) if tls_client_ca else None)
+        http = None
+        if http_listen not in (None, "", "off"):
+            assert http_listen is not None
+            http = parse_address("--http-listen", http_listen)
+        if not load_stale_after_s > 0:
+            raise SettingsError(f"--load-stale-after-s {load_stale_after_s}: must be > 0")
+        if load_push_interval_ms < 1:
+            raise SettingsError(f"--load-push-interval-ms {load_push_interval_ms}: must be >= 1")
+        return ControlSettings(
+            listen=address,
+            store_path=parse_store(store),
+            auth_tokens=Path(auth_tokens) if auth_tokens else None,
+            tls=tls,
+            http_listen=http,
+            load_stale_after_s=load_stale_after_s,
+            load_push_interval_ms=load_push_interval_ms,
+        )
