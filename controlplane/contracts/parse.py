@@ -86,6 +86,11 @@ def check_number(field: Field, value: float | int, role: str = "value") -> float
         raise ContractError(
             f"{key}: {role} {_show(value)} is too large to forward (must be below 2^63)", field=field.name
         )
+    if float(value) != value:
+        # Routers compare doubles and protobuf carries doubles: 2^53 + 1 cannot be enforced exactly.
+        raise ContractError(
+            f"{key}: {role} {_show(value)} is not exactly representable as a 64-bit float", field=field.name
+        )
     return int(value)
 
 

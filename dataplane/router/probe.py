@@ -133,6 +133,7 @@ class Probe:
     """What the router needs from one body: routing keys and the eight sampling values."""
 
     __slots__ = (
+        "generate",
         "insert_at",
         "max_completion_tokens",
         "max_tokens",
@@ -156,6 +157,7 @@ class Probe:
         # (False only for an empty object).
         self.insert_at: int = -1
         self.needs_comma: bool = True
+        self.generate: bool = False
         # /generate only: the winning sampling_params object (a zero-copy view of the body),
         # or None when it is absent or null and must be created.
         self.sampling_params: msgspec.Raw | None = None
@@ -307,6 +309,7 @@ def probe_body(body: bytes, *, generate: bool = False) -> Probe:
     except (msgspec.DecodeError, RecursionError):
         raise BadRequest(_BODY_NOT_OBJECT) from None
     probe = Probe()
+    probe.generate = generate
     if items:
         _read_routing(probe)
         items.clear()

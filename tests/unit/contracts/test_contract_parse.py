@@ -93,6 +93,10 @@ REFUSALS: list[tuple[str | bytes, str]] = [
         '{"top_k": 9223372036854775808}',
         '"top_k": value 9223372036854775808 is too large to forward (must be below 2^63)',
     ),
+    (
+        '{"top_k": 9007199254740993}',
+        '"top_k": value 9007199254740993 is not exactly representable as a 64-bit float',
+    ),
     ('{"top_k": Infinity}', '"top_k": value inf is too large to forward'),
     (
         '{"temperature": {"min": 0, "max": 1, "default": 1.5}}',
@@ -149,9 +153,9 @@ def test_integral_fields_are_stored_as_integers() -> None:
 
 
 def test_domain_edges_are_inclusive_where_the_spec_says() -> None:
-    """Closed ends of §2's domains are accepted, the largest forwardable top_k too."""
+    """Closed ends of §2's domains are accepted, the largest forwardable top_k (2^63 - 1024) too."""
     c = parse_contract_json(
-        '{"temperature": 0, "top_p": 1, "top_k": 9223372036854775807, "min_p": 0, '
+        '{"temperature": 0, "top_p": 1, "top_k": 9223372036854774784, "min_p": 0, '
         '"repetition_penalty": 2, "frequency_penalty": -2, "presence_penalty": 2, "n": 128}'
     )
     assert len(c.params) == 8

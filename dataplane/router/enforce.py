@@ -1,0 +1,174 @@
+"""Contract enforcement and injection (SPEC §3.3), on a probed body (``probe``).
+
+A contract is compiled once per snapshot (``compile_contract``): per field, the action table of
+§3.3, the pre-rendered injection pair and the static parts of the messages. ``enforce`` then
+only walks that table: it raises ``SamplingContractViolation`` (every violated field listed,
+the first in §2 order reported), or returns the body to forward: the very same object when
+nothing is injected, else the body with the pairs spliced in before its final ``}``.
+
+Why splicing is safe: the engine parses with ``json.loads`` (last key wins), so pairs appended
+at the end of the object override whatever the client wrote earlier under the same key, in
+whatever spelling (escapes included). For ``/generate`` the fields live one level down: the
+winning ``sampling_params`` object is written again as the object's last pair, with the pairs
+appended inside it, so it overrides the client's (or creates it when absent or null).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from controlplane.contracts.fields import FIELD_BY_NAME
+from controlplane.contracts.formatting import format_number
+from controlplane.contracts.model import Band, ConflictPolicy, Exact, SamplingContract
+from dataplane.router.errors import SamplingContractViolation
+from dataplane.router.probe import ABSENT, NUMBER, Probe
+
+_EMPTY_OBJECT = re.compile(rb"\{[ \t\r\n]*\}")
+_SAMPLING_PARAMS_KEY: Final = b'"sampling_params":'
+
+
+@dataclass(frozen=True, slots=True)
+class FieldRule:
+    """One governed field, compiled: what to inject when absent and how to judge a value."""
+
+    index: int
+    name: str
+    # The pair injected when the client omits the field (``"temperature":1.0``), or None.
+    inject: bytes | None
+    # Judge a present value? False under ``allow`` (pass unchanged, SPEC §3.3).
+    judge: bool
+    lo: float
+    hi: float  # exact values have lo == hi
+    exact: bool
+    prefix: str  # "<field> violates this deployment's sampling contract: "
+    want: str  # exact: the contracted value as printed; band: "between <lo> and <hi>"
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledContract:
+    """A contract ready for the hot path, tagged with where it came from."""
+
+    scope: str
+    revision: int
+    contract: SamplingContract
+    rules: tuple[FieldRule, ...]
+
+
+def _literal(value: float | int, integral: bool) -> bytes:
+    # Integral fields are injected as integers (SPEC §3.1); floats as their shortest repr,
+    # which json.loads reads back as exactly the same double.
+    return str(int(value) if integral else float(value)).encode()
+
+
+def compile_contract(contract: SamplingContract, *, scope: str, revision: int) -> CompiledContract:
+    """Precompute the per-field actions of SPEC §3.3 for one contract snapshot."""
+    judge = contract.conflict is ConflictPolicy.REJECT
+    rules: list[FieldRule] = []
+    for name, spec in contract.params.items():  # §2 order (SamplingContract keeps it)
+        field = FIELD_BY_NAME[name]
+        key = b'"' + name.encode() + b'":'
+        prefix = f"{name} violates this deployment's sampling contract: "
+        if isinstance(spec, Exact):
+            value = float(spec.value)
+            rules.append(
+                FieldRule(
+                    field.index,
+                    name,
+                    key + _literal(spec.value, field.integral),
+                    judge,
+                    value,
+                    value,
+                    True,
+                    prefix,
+                    format_number(spec.value),
+                )
+            )
+        else:
+            assert isinstance(spec, Band)
+            inject = None if spec.default is None else key + _literal(spec.default, field.integral)
+            rules.append(
+                FieldRule(
+                    field.index,
+                    name,
+                    inject,
+                    judge,
+                    float(spec.min),
+                    float(spec.max),
+                    False,
+                    prefix,
+                    f"between {format_number(spec.min)} and {format_number(spec.max)}",
+                )
+            )
+    return CompiledContract(scope, revision, contract, tuple(rules))
+
+
+def _violation_message(rule: FieldRule, state: int, value: float) -> str:
+    if state == NUMBER:
+        got = format_number(value)
+        if rule.exact:
+            return f"{rule.prefix}got {got}, expected {rule.want} (or omit the field)"
+        return f"{rule.prefix}must be {rule.want}, got {got}"
+    if rule.exact:
+        return f"{rule.prefix}expected {rule.want} (or omit the field), got a non-numeric value"
+    return f"{rule.prefix}must be a number {rule.want}, got a non-numeric value"
+
+
+def enforce(compiled: CompiledContract, probe: Probe, body: bytes) -> bytes:
+    """Judge and rewrite one probed body (SPEC §3.3); the body to forward, or raise.
+
+    Raises ``SamplingContractViolation`` whose ``param`` is the first violated field in §2
+    order and whose ``violated`` lists all of them. Returns ``body`` itself when nothing is
+    injected.
+    """
+    states = probe.states
+    values = probe.values
+    pairs: list[bytes] = []
+    violated: list[str] = []
+    message = ""
+    for rule in compiled.rules:
+        state = states[rule.index]
+        if state == ABSENT:
+            if rule.inject is not None:
+                pairs.append(rule.inject)
+            continue
+        if not rule.judge:
+            continue
+        if state == NUMBER:
+            value = values[rule.index]
+            if rule.lo <= value <= rule.hi:  # exact: lo == hi, so this is float equality
+                continue
+        else:
+            value = 0.0
+        if not violated:
+            message = _violation_message(rule, state, value)
+        violated.append(rule.name)
+    if violated:
+        err = SamplingContractViolation(message, param=violated[0])
+        err.violated = tuple(violated)
+        raise err
+    if not pairs:
+        return body
+    return splice(probe, body, pairs)
+
+
+def splice(probe: Probe, body: bytes, pairs: list[bytes]) -> bytes:
+    """Insert ``pairs`` (rendered ``"key":value``) where the engine will read them last."""
+    joined = b",".join(pairs)
+    at = probe.insert_at
+    lead = b"," if probe.needs_comma else b""
+    if probe.generate:
+        existing = probe.sampling_params
+        if existing is None:  # absent or null: create it
+            insertion = lead + _SAMPLING_PARAMS_KEY + b"{" + joined + b"}"
+        else:
+            # Re-state the winning sampling_params with our pairs last inside it; placed last in
+            # the body, it wins over the client's copy (json.loads: last key wins).
+            view = memoryview(existing)
+            inner_lead = b"" if _EMPTY_OBJECT.fullmatch(view) else b","
+            insertion = b"".join((b",", _SAMPLING_PARAMS_KEY, view[:-1], inner_lead, joined, b"}"))
+    else:
+        insertion = lead + joined
+    whole = memoryview(body)
+    return b"".join((whole[:at], insertion, whole[at:]))
