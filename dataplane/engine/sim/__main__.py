@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+from dataplane.engine.sim.service import main
 
 if __name__ == "__main__":
-    print("fleetplane engine-sim: not built yet", file=sys.stderr)
-    raise SystemExit(2)
+    raise SystemExit(main())

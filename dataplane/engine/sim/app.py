@@ -1,0 +1,393 @@
+"""engine-sim's HTTP surface: SGLang's OpenAI-compatible endpoints over the shared server.
+
+A body is read as the engine reads it (``json.loads``, last key wins) and validated by the
+pydantic models of ``models`` (lax); invalid bodies get FastAPI's 422, values outside
+``SamplingParams.verify`` SGLang's 400. Every answer to a generation request carries
+``x-sim-sampling-params``: the SPEC §2 fields as read, so tests can check exactly what a
+router's injection made the engine see (SPEC §3.3). GET answers are encoded once at startup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from dataplane.engine.sim import responses as r
+from dataplane.engine.sim.models import (
+    DEFAULT_MAX_TOKENS,
+    ChatCompletionRequest,
+    CompletionRequest,
+    GenerateRequest,
+    SamplingParams,
+    chat_prompt_tokens,
+    completion_prompt_tokens,
+    generate_prompt_tokens,
+    sampling_values,
+    verify_sampling,
+)
+from dataplane.engine.sim.ranks import Progress, RankPicker, SimRank
+from dataplane.engine.sim.scheduler import CapacityError, SimRequest
+from dataplane.http.request import ClientDisconnected, Request, Responder
+
+SAMPLING_HEADER = b"x-sim-sampling-params"
+M = TypeVar("M", bound=BaseModel)
+Route = Callable[[Request, Responder], Awaitable[None]]
+_NOT_FOUND = r.encode({"detail": "Not Found"})
+_NOT_ALLOWED = r.encode({"detail": "Method Not Allowed"})
+_DEFAULT_SAMPLING = SamplingParams()
+
+
+@dataclass(slots=True)
+class Job:
+    """One validated generation request, whatever endpoint it came from."""
+
+    kind: str  # "chat" | "completion" | "generate"
+    model: str
+    prompt_tokens: int
+    max_new_tokens: int
+    capped: bool  # the client set the token cap (finish_reason "length")
+    choices: int  # n x batch size
+    stream: bool
+    include_usage: bool
+    headers: list[tuple[bytes, bytes]]
+
+
+class SimApp:
+    """The request handler given to ``dataplane.http`` (``await app(request, responder)``)."""
+
+    def __init__(self, ranks: list[SimRank], *, model: str, info: dict[str, Any], model_path: str) -> None:
+        self._picker = RankPicker(ranks)
+        self._model = model
+        created = int(time.time())
+        get_bodies = {
+            b"/health": b"",
+            b"/get_model_info": r.encode(
+                {
+                    "model_path": model_path,
+                    "tokenizer_path": model_path,
+                    "is_generation": True,
+                    "preferred_sampling_params": None,
+                    "weight_version": "default",
+                }
+            ),
+            b"/v1/models": r.encode(
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": model,
+                            "object": "model",
+                            "created": created,
+                            "owned_by": "sglang",
+                            "root": model_path,
+                            "max_model_len": info.get("max_total_num_tokens"),
+                        }
+                    ],
+                }
+            ),
+        }
+        self._routes: dict[bytes, tuple[bytes, Route]] = {
+            path: (b"GET", self._static(body)) for path, body in get_bodies.items()
+        }
+        self.set_server_info(info)
+        self._routes[b"/v1/chat/completions"] = (b"POST", self._chat)
+        self._routes[b"/v1/completions"] = (b"POST", self._completion)
+        self._routes[b"/generate"] = (b"POST", self._generate)
+
+    def set_server_info(self, info: dict[str, Any]) -> None:
+        """Replace ``/server_info`` (e.g. once the real port is known)."""
+        body = r.encode(info)
+        self._routes[b"/server_info"] = (b"GET", self._static(body))
+        self._routes[b"/get_server_info"] = (b"GET", self._static(body))
+
+    async def __call__(self, request: Request, responder: Responder) -> None:
+        path = request.path
+        query = path.find(b"?")
+        if query >= 0:
+            path = path[:query]
+        route = self._routes.get(path)
+        if route is None:
+            responder.respond(404, r.JSON_HEADERS, _NOT_FOUND)
+        elif request.method != route[0]:
+            responder.respond(405, [*r.JSON_HEADERS, (b"allow", route[0])], _NOT_ALLOWED)
+        else:
+            await route[1](request, responder)
+
+    @staticmethod
+    def _static(body: bytes) -> Route:
+        headers = r.JSON_HEADERS if body else []
+
+        async def answer(_request: Request, responder: Responder) -> None:
+            responder.respond(200, headers, body)
+
+        return answer
+
+    # -- parsing ----------------------------------------------------------------------------
+    @staticmethod
+    def _parse(body: bytes, model: type[M], responder: Responder) -> M | None:
+        """The engine's reading of a body: json.loads (last key wins), then pydantic lax."""
+        try:
+            data = json.loads(body)
+        except json.JSONDecodeError as exc:
+            responder.respond(422, r.JSON_HEADERS, r.json_invalid(exc.pos, exc.msg))
+            return None
+        except ValueError as exc:  # not UTF-8
+            responder.respond(422, r.JSON_HEADERS, r.json_invalid(0, str(exc)))
+            return None
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            responder.respond(422, r.JSON_HEADERS, r.validation_error(exc.errors(include_url=False)))
+            return None
+
+    @staticmethod
+    def _checked(
+        values: dict[str, Any], stream: bool, responder: Responder
+    ) -> list[tuple[bytes, bytes]] | None:
+        """Answer headers with the sampling header; None (after a 400) when verify fails."""
+        extra = (SAMPLING_HEADER, r.sampling_header(values))
+        problem = verify_sampling(values)
+        if problem is not None:
+            responder.respond(400, [*r.JSON_HEADERS, extra], r.openai_error(problem))
+            return None
+        return [*(r.SSE_HEADERS if stream else r.JSON_HEADERS), extra]
+
+    # -- endpoints --------------------------------------------------------------------------
+    async def _chat(self, request: Request, responder: Responder) -> None:
+        req = self._parse(request.body, ChatCompletionRequest, responder)
+        if req is None:
+            return
+        headers = self._checked(sampling_values(req), req.stream, responder)
+        if headers is None:
+            return
+        cap = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        include_usage = req.stream_options is not None and req.stream_options.include_usage
+        job = Job(
+            "chat",
+            req.model,
+            chat_prompt_tokens(req),
+            DEFAULT_MAX_TOKENS if cap is None else cap,
+            cap is not None,
+            req.n,
+            req.stream,
+            include_usage,
+            headers,
+        )
+        await self._serve(job, responder)
+
+    async def _completion(self, request: Request, responder: Responder) -> None:
+        req = self._parse(request.body, CompletionRequest, responder)
+        if req is None:
+            return
+        headers = self._checked(sampling_values(req), req.stream, responder)
+        if headers is None:
+            return
+        batch = (
+            len(req.prompt)
+            if isinstance(req.prompt, list) and req.prompt and not isinstance(req.prompt[0], int)
+            else 1
+        )
+        include_usage = req.stream_options is not None and req.stream_options.include_usage
+        job = Job(
+            "completion",
+            req.model,
+            completion_prompt_tokens(req.prompt),
+            req.max_tokens,
+            True,
+            req.n * batch,
+            req.stream,
+            include_usage,
+            headers,
+        )
+        await self._serve(job, responder)
+
+    async def _generate(self, request: Request, responder: Responder) -> None:
+        req = self._parse(request.body, GenerateRequest, responder)
+        if req is None:
+            return
+        params = req.sampling_params if req.sampling_params is not None else _DEFAULT_SAMPLING
+        headers = self._checked(sampling_values(params), req.stream, responder)
+        if headers is None:
+            return
+        if req.text is None and req.input_ids is None:
+            message = "Either text, input_ids or input_embeds should be provided."
+            responder.respond(400, [*r.JSON_HEADERS, headers[-1]], r.openai_error(message))
+            return
+        job = Job(
+            "generate",
+            self._model,
+            generate_prompt_tokens(req),
+            params.max_new_tokens,
+            True,
+            params.n,
+            req.stream,
+            False,
+            headers,
+        )
+        await self._serve(job, responder)
+
+    # -- the simulated generation -----------------------------------------------------------
+    async def _serve(self, job: Job, responder: Responder) -> None:
+        if job.max_new_tokens < 0:
+            responder.respond(
+                400,
+                [*r.JSON_HEADERS, job.headers[-1]],
+                r.openai_error(f"max_tokens must be at least 0, got {job.max_new_tokens}."),
+            )
+            return
+        rank = self._picker.pick()
+        progress = Progress()
+        sim = SimRequest(job.prompt_tokens, job.max_new_tokens, job.choices, on_progress=progress)
+        try:
+            rank.submit(sim)
+        except CapacityError as exc:
+            responder.respond(400, [*r.JSON_HEADERS, job.headers[-1]], r.openai_error(str(exc)))
+            return
+        if job.stream:
+            await self._stream(job, sim, rank, progress, responder)
+            return
+        if not sim.finished and not await _wait_finished(sim, rank, progress, responder):
+            return
+        responder.respond(200, job.headers, _full_body(job, sim.generated))
+
+    async def _stream(
+        self, job: Job, sim: SimRequest, rank: SimRank, progress: Progress, responder: Responder
+    ) -> None:
+        stream = _Stream(job)
+        responder.start(200, job.headers)
+        try:
+            first = stream.opening()
+            sent = 0
+            while True:
+                if sim.generated > sent or first:
+                    await responder.write(first + stream.tokens(sent, sim.generated))
+                    first, sent = b"", sim.generated
+                if sim.finished:
+                    break
+                await progress.wait()
+            await responder.write(stream.closing(sim.generated))
+        except ClientDisconnected:
+            rank.abort(sim)
+            return
+        responder.end()
+
+
+async def _wait_finished(sim: SimRequest, rank: SimRank, progress: Progress, responder: Responder) -> bool:
+    """Wait for the simulated decode; False (request aborted) if the client went away first."""
+    gone = asyncio.ensure_future(responder.wait_disconnected())
+    try:
+        while not sim.finished:
+            woken = asyncio.ensure_future(progress.wait())
+            await asyncio.wait((woken, gone), return_when=asyncio.FIRST_COMPLETED)
+            if gone.done():
+                woken.cancel()
+                rank.abort(sim)
+                return False
+        return True
+    finally:
+        gone.cancel()
+
+
+def _full_body(job: Job, generated: int) -> bytes:
+    text = r.token_text(0, generated)
+    reason = r.finish_reason(job.capped)
+    used = r.usage(job.prompt_tokens, job.choices * generated)
+    created = int(time.time())
+    if job.kind == "chat":
+        chat_choices = [
+            r.ChatChoice(i, r.ChatMessageOut("assistant", text), reason) for i in range(job.choices)
+        ]
+        return r.encode(r.ChatCompletion(r.new_id("chatcmpl"), created, job.model, chat_choices, used))
+    if job.kind == "completion":
+        choices = [r.CompletionChoice(i, text, reason) for i in range(job.choices)]
+        return r.encode(r.Completion(r.new_id("cmpl"), created, job.model, choices, used))
+    outs = [
+        r.GenerateOut(
+            text,
+            r.GenerateMeta(
+                r.new_id("gen"),
+                r.FinishReason(reason, generated if job.capped else None),
+                job.prompt_tokens,
+                generated,
+            ),
+        )
+        for _ in range(job.choices)
+    ]
+    return r.encode(outs[0] if len(outs) == 1 else outs)
+
+
+class _Stream:
+    """SSE records of one streamed answer, in SGLang's order: role, tokens, finish, usage, [DONE]."""
+
+    __slots__ = ("created", "id", "job")
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.id = r.new_id({"chat": "chatcmpl", "completion": "cmpl"}.get(job.kind, "gen"))
+        self.created = int(time.time())
+
+    def opening(self) -> bytes:
+        if self.job.kind != "chat":
+            return b""
+        return b"".join(
+            r.sse(self._chat([r.ChatChunkChoice(i, r.Delta(content="", role="assistant"))]))
+            for i in range(self.job.choices)
+        )
+
+    def tokens(self, start: int, stop: int) -> bytes:
+        out = bytearray()
+        for t in range(start, stop):
+            for i in range(self.job.choices):
+                out += r.sse(self._token(i, t))
+        return bytes(out)
+
+    def _token(self, index: int, t: int) -> Any:
+        piece = r.token_text(t, t + 1)
+        if self.job.kind == "chat":
+            return self._chat([r.ChatChunkChoice(index, r.Delta(content=piece))])
+        if self.job.kind == "completion":
+            return r.Completion(
+                self.id, self.created, self.job.model, [r.CompletionChoice(index, piece, None)]
+            )
+        return r.GenerateOut(
+            r.token_text(0, t + 1), r.GenerateMeta(self.id, None, self.job.prompt_tokens, t + 1)
+        )
+
+    def closing(self, generated: int) -> bytes:
+        job = self.job
+        reason = r.finish_reason(job.capped)
+        used = r.usage(job.prompt_tokens, job.choices * generated)
+        records: list[bytes] = []
+        if job.kind == "chat":
+            records += [
+                r.sse(self._chat([r.ChatChunkChoice(i, r.Delta(content=""), reason)]))
+                for i in range(job.choices)
+            ]
+            if job.include_usage:
+                records.append(r.sse(r.ChatCompletionChunk(self.id, self.created, job.model, [], used)))
+        elif job.kind == "completion":
+            records += [
+                r.sse(r.Completion(self.id, self.created, job.model, [r.CompletionChoice(i, "", reason)]))
+                for i in range(job.choices)
+            ]
+            if job.include_usage:
+                records.append(r.sse(r.Completion(self.id, self.created, job.model, [], used)))
+        else:
+            meta = r.GenerateMeta(
+                self.id,
+                r.FinishReason(reason, generated if job.capped else None),
+                job.prompt_tokens,
+                generated,
+            )
+            records.append(r.sse(r.GenerateOut(r.token_text(0, generated), meta)))
+        records.append(r.SSE_DONE)
+        return b"".join(records)
+
+    def _chat(self, choices: list[r.ChatChunkChoice]) -> r.ChatCompletionChunk:
+        return r.ChatCompletionChunk(self.id, self.created, self.job.model, choices)

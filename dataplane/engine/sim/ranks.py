@@ -1,0 +1,131 @@
+"""The dp ranks of engine-sim: each a scheduler, its loop, and one real load publisher.
+
+Each rank's loop ticks every few milliseconds, advances its scheduler and calls the publisher,
+busy or idle, as SGLang's scheduler loop does, so the load on the wire follows the requests
+and the heartbeat keeps flowing (SPEC §7). Handlers wait on a :class:`Progress` signal
+instead of a task per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import structlog
+
+from dataplane.engine.publisher import LoadPublisher, create_load_publisher
+from dataplane.engine.sim.scheduler import SimRequest, SimScheduler
+from dataplane.engine.sim.settings import SimSettings
+
+log = structlog.get_logger(__name__)
+
+
+class Progress:
+    """Wakes one waiting handler when its request generated tokens or finished."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self) -> None:
+        self._future: asyncio.Future[None] | None = None
+
+    def __call__(self, _request: SimRequest) -> None:
+        future = self._future
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    async def wait(self) -> None:
+        self._future = asyncio.get_running_loop().create_future()
+        try:
+            await self._future
+        finally:
+            self._future = None
+
+
+class SimRank:
+    """One dp rank: scheduler + publisher + the loop that drives both."""
+
+    def __init__(
+        self,
+        rank: int,
+        scheduler: SimScheduler,
+        publisher: LoadPublisher,
+        *,
+        tick_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rank = rank
+        self.scheduler = scheduler
+        self.publisher = publisher
+        self.tick_s = tick_s
+        self.clock = clock
+
+    def submit(self, request: SimRequest) -> None:
+        """Hand a request to the scheduler (may finish it at once at rate 0)."""
+        self.scheduler.submit(request, self.clock())
+
+    def abort(self, request: SimRequest) -> None:
+        self.scheduler.abort(request, self.clock())
+
+    def tick(self) -> None:
+        """One scheduler-loop iteration: advance decoding, then maybe publish load."""
+        self.scheduler.step(self.clock())
+        self.publisher.publish(self.scheduler.counts)
+
+    async def run(self) -> None:
+        """Tick until cancelled; a tick never raises (the publisher swallows its own failures)."""
+        while True:
+            try:
+                self.tick()
+            except Exception:  # a simulation bug must not stop the rank's loop silently
+                log.exception("engine-sim rank tick failed", rank=self.rank)
+            await asyncio.sleep(self.tick_s)
+
+    def close(self) -> None:
+        self.publisher.close()
+
+
+def build_ranks(settings: SimSettings, clock: Callable[[], float] = time.monotonic) -> list[SimRank]:
+    """One rank per dp rank, each binding its publisher at ``base + rank`` when publishing is on.
+
+    Raises ``PublisherBindError`` (after closing what it bound) when a port is taken.
+    """
+    ranks: list[SimRank] = []
+    try:
+        for rank in range(settings.dp_size):
+            publisher = create_load_publisher(settings.load_range, dp_rank=rank, clock=clock)
+            scheduler = SimScheduler(
+                max_running_requests=settings.max_running_requests,
+                max_total_tokens=settings.max_total_tokens,
+                decode_tokens_per_s=settings.decode_tokens_per_s,
+            )
+            ranks.append(SimRank(rank, scheduler, publisher, tick_s=settings.tick_s, clock=clock))
+    except OSError:
+        for built in ranks:
+            built.close()
+        raise
+    return ranks
+
+
+class RankPicker:
+    """Least loaded rank (running + waiting), ties broken round robin."""
+
+    __slots__ = ("_next", "_ranks")
+
+    def __init__(self, ranks: list[SimRank]) -> None:
+        self._ranks = ranks
+        self._next = 0
+
+    def pick(self) -> SimRank:
+        ranks = self._ranks
+        if len(ranks) == 1:
+            return ranks[0]
+        start = self._next
+        self._next = (start + 1) % len(ranks)
+        best = ranks[start]
+        best_load = best.scheduler.load
+        for i in range(1, len(ranks)):
+            candidate = ranks[(start + i) % len(ranks)]
+            if candidate.scheduler.load < best_load:
+                best, best_load = candidate, candidate.scheduler.load
+        return best

@@ -1,0 +1,220 @@
+"""Response bodies of the simulated engine, in the shapes SGLang's OpenAI-compatible server sends.
+
+msgspec Structs encoded by one module-level encoder (built once, ARCHITECTURE.md): the
+official ``openai`` client parses every one of them. Text is a deterministic word cycle,
+one word per simulated token. Pure: values in, bytes out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+WORDS = tuple(
+    [
+        "",
+        "sim",
+        "lorem",
+        "ipsum",
+        "dolor",
+        "sit",
+        "amet",
+        "consectetur",
+        "adipiscing",
+        "elit",
+        "sed",
+        "do",
+        "eiusmod",
+        "tempor",
+        "incididunt",
+        "ut",
+        "labore",
+        "et",
+        "dolore",
+        "magna",
+        "aliqua",
+    ][1:]
+)
+_encoder = msgspec.json.Encoder()
+_ids = itertools.count(1)
+_ID_PREFIX = os.urandom(4).hex()
+
+JSON_HEADERS: list[tuple[bytes, bytes]] = [(b"content-type", b"application/json")]
+SSE_HEADERS: list[tuple[bytes, bytes]] = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+]
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+def new_id(prefix: str) -> str:
+    """A unique response id (process-random prefix + counter: no uuid4 on the hot path)."""
+    return f"{prefix}-{_ID_PREFIX}{next(_ids):x}"
+
+
+def token_text(start: int, stop: int) -> str:
+    """The text of generated tokens ``start .. stop-1`` (each a leading space and a word)."""
+    return "".join(" " + WORDS[i % len(WORDS)] for i in range(start, stop))
+
+
+def finish_reason(client_capped: bool) -> str:
+    """``length`` when the client's token cap ended it, else ``stop`` (the "model" ended it)."""
+    return "length" if client_capped else "stop"
+
+
+class Usage(msgspec.Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> Usage:
+    return Usage(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens)
+
+
+class ChatMessageOut(msgspec.Struct):
+    role: str
+    content: str
+
+
+class ChatChoice(msgspec.Struct):
+    index: int
+    message: ChatMessageOut
+    finish_reason: str
+    logprobs: None = None
+
+
+class ChatCompletion(msgspec.Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    object: str = "chat.completion"
+
+
+class Delta(msgspec.Struct, omit_defaults=True):
+    content: str | None = None
+    role: str | None = None
+
+
+class ChatChunkChoice(msgspec.Struct):
+    index: int
+    delta: Delta
+    finish_reason: str | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(msgspec.Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+    object: str = "chat.completion.chunk"
+
+
+class CompletionChoice(msgspec.Struct):
+    index: int
+    text: str
+    finish_reason: str | None
+    logprobs: None = None
+
+
+class Completion(msgspec.Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+    object: str = "text_completion"
+
+
+class FinishReason(msgspec.Struct):
+    type: str
+    length: int | None = None
+
+
+class GenerateMeta(msgspec.Struct):
+    id: str
+    finish_reason: FinishReason | None
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+
+class GenerateOut(msgspec.Struct):
+    text: str
+    meta_info: GenerateMeta
+
+
+def encode(value: Any) -> bytes:
+    return _encoder.encode(value)
+
+
+def sse(value: Any) -> bytes:
+    """One Server-Sent Events ``data:`` record."""
+    return b"data: " + _encoder.encode(value) + b"\n\n"
+
+
+def sampling_header(values: dict[str, Any]) -> bytes:
+    """Compact JSON of what the engine read; non-finite floats as Python's json writes them."""
+    return json.dumps(values, separators=(",", ":")).encode()
+
+
+def openai_error(message: str, status: int = 400) -> bytes:
+    """SGLang's OpenAI-style error body."""
+    return _encoder.encode(
+        {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": status}
+    )
+
+
+def validation_error(errors: Sequence[Any]) -> bytes:
+    """FastAPI's 422 body: pydantic errors with ``body`` prefixed to every location."""
+    return _encoder.encode({"detail": [_fastapi_error(e) for e in errors]})
+
+
+def _fastapi_error(error: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "type": error["type"],
+        "loc": ["body", *error["loc"]],
+        "msg": error["msg"],
+        "input": _jsonable(error.get("input")),
+    }
+    if "ctx" in error:
+        out["ctx"] = {k: _jsonable(v) for k, v in error["ctx"].items()}
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, bool, type(None))):
+        return value
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return str(value)
+
+
+def json_invalid(position: int, reason: str) -> bytes:
+    """FastAPI's 422 for a body that is not JSON."""
+    return _encoder.encode(
+        {
+            "detail": [
+                {
+                    "type": "json_invalid",
+                    "loc": ["body", position],
+                    "msg": "JSON decode error",
+                    "input": {},
+                    "ctx": {"error": reason},
+                }
+            ]
+        }
+    )

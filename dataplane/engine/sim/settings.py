@@ -1,0 +1,135 @@
+"""engine-sim's flags (SPEC §1) and the frozen settings they produce.
+
+Every flag also reads ``FLEETPLANE_<FLAG>`` (``EnvArgumentParser``). A bad value is a
+startup error of one line naming the flag, the value and what is allowed (SPEC §1),
+including the load-publisher endpoint refusals of SPEC §7.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NoReturn
+
+from controlplane.envflags import EnvArgumentParser
+from dataplane.engine.endpoints import LoadPubRange, resolve_load_pub_range
+
+PROG = "engine-sim"
+DEFAULT_MODEL = "sim-model"
+DEFAULT_KV_EVENTS_ENDPOINT = "tcp://*:5557"
+# The KV page size advertised in /server_info's kv_events block (SGLang's page_size).
+PAGE_SIZE = 16
+
+
+@dataclass(frozen=True, slots=True)
+class SimSettings:
+    host: str
+    port: int
+    http2: bool
+    model: str
+    model_path: str | None
+    dp_size: int
+    kv_events_endpoint: str
+    load_publish_endpoint: str
+    load_range: LoadPubRange | None
+    max_running_requests: int
+    max_total_tokens: int
+    decode_tokens_per_s: float
+    tick_s: float
+
+
+class StartupError(Exception):
+    """A flag value engine-sim cannot start with; the message is the one line to print."""
+
+
+class _Parser(EnvArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line on stderr (SPEC §1), not argparse's usage block.
+        print(f"{PROG}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+    allowed = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {allowed}, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {allowed}, got {text!r}")
+        return value
+
+    return convert
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0 (0 = instant), got {text!r}")
+    return value
+
+
+def _listen(text: str) -> tuple[str, int]:
+    host, sep, port_text = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise argparse.ArgumentTypeError(
+            f"must be HOST:PORT with a port in 0..65535 (IPv6 as [::1]:PORT), got {text!r}"
+        )
+    return host, int(port_text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="A simulated SGLang-compatible engine (HTTP/1.1 or h2c).")
+    p.add_argument("--listen", type=_listen, default="127.0.0.1:9001", help="HOST:PORT; port 0 = any")
+    p.add_argument("--http2", action="store_true", help="advertise enable_http2 (serve h2c prior knowledge)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="served model name")
+    p.add_argument("--model-path", default=None, help="local model directory (default: a temp dir)")
+    p.add_argument("--dp-size", type=_int_at_least(1, 256), default=1, help="data-parallel ranks")
+    p.add_argument("--kv-events-endpoint", default=DEFAULT_KV_EVENTS_ENDPOINT, help="KV events base")
+    p.add_argument(
+        "--load-publish-endpoint", default="off", help="off | auto | tcp://*:PORT (one port per dp rank)"
+    )
+    p.add_argument("--max-running-requests", type=_int_at_least(1), default=256, help="per dp rank")
+    p.add_argument("--max-total-tokens", type=_int_at_least(1), default=262144, help="KV pool per dp rank")
+    p.add_argument("--decode-tokens-per-s", type=_rate, default=0.0, help="per request; 0 = instant")
+    p.add_argument("--tick-ms", type=_int_at_least(1, 1000), default=5, help="scheduler loop period")
+    return p
+
+
+def parse_settings(argv: Sequence[str] | None = None) -> SimSettings:
+    """Parse flags; raises :class:`StartupError` for values the flags' types cannot judge alone."""
+    args = build_parser().parse_args(argv)
+    host, port = args.listen if isinstance(args.listen, tuple) else _listen(args.listen)
+    load_range, reason = resolve_load_pub_range(
+        kv_endpoint=args.kv_events_endpoint,
+        replay_endpoint=None,
+        dp_size=args.dp_size,
+        load_publish_endpoint=args.load_publish_endpoint,
+    )
+    if reason is not None:
+        raise StartupError(f"--load-publish-endpoint {args.load_publish_endpoint!r}: {reason}")
+    return SimSettings(
+        host=host,
+        port=port,
+        http2=args.http2,
+        model=args.model,
+        model_path=args.model_path,
+        dp_size=args.dp_size,
+        kv_events_endpoint=args.kv_events_endpoint,
+        load_publish_endpoint=args.load_publish_endpoint,
+        load_range=load_range,
+        max_running_requests=args.max_running_requests,
+        max_total_tokens=args.max_total_tokens,
+        decode_tokens_per_s=args.decode_tokens_per_s,
+        tick_s=args.tick_ms / 1000.0,
+    )
