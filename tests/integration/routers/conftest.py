@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from controlplane.server.router_service import RouterService
+from controlplane.store.database import SqliteDatabase
 from controlplane.store.routers import SqliteRouterStatsStore
 from controlplane.v1 import router_pb2_grpc
 
@@ -26,7 +27,9 @@ class RouterPlane:
 
 async def start_router_plane(db: Path, revision: list[int], flush_interval_s: float = 0.05) -> RouterPlane:
     """Serve RouterService over ``db``; ``revision[0]`` is the store's current revision."""
-    store = await SqliteRouterStatsStore.open(db)
+    database = SqliteDatabase(db)
+    await database.open()
+    store = await SqliteRouterStatsStore.open(database)
 
     async def current_revision() -> int:
         return revision[0]
@@ -50,6 +53,7 @@ async def start_router_plane(db: Path, revision: list[int], flush_interval_s: fl
         await server.stop(grace=0.5)
         await service.stop()
         await store.close()
+        await database.close()
 
     return RouterPlane(f"127.0.0.1:{port}", router_pb2_grpc.RouterServiceStub(channel), stop)
 

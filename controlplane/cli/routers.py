@@ -1,0 +1,71 @@
+"""``fleetplane routers`` (SPEC §1, §6 ListRouters): the rollout view.
+
+One row per router: its boot, the contract revision it has in force against the store's current
+one, whether it is up to date and connected, and how long ago it last reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from controlplane.cli.client import (
+    CommandError,
+    ControlPlaneClient,
+    add_connection_arguments,
+    message_json,
+    table,
+)
+from controlplane.v1 import router_pb2, router_pb2_grpc
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_connection_arguments(parser)
+
+
+def report_age(last_report_unix_s: float, now_unix_s: float) -> str:
+    """``3s``, ``5m``, ``2h``, ``4d`` (``-`` when the router never reported a time)."""
+    if last_report_unix_s <= 0:
+        return "-"
+    seconds = max(0, int(now_unix_s - last_report_unix_s))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def render(response: router_pb2.ListRoutersResponse, now_unix_s: float) -> str:
+    """The rollout table (and a line when no router has reported)."""
+    if not response.routers:
+        return f"no router has reported (current revision {response.current_revision})"
+    rows = [
+        (
+            r.router_id,
+            r.boot_id,
+            r.applied_revision,
+            response.current_revision,
+            "yes" if r.up_to_date else "NO",
+            "yes" if r.connected else "no",
+            report_age(r.last_report_time.ToNanoseconds() / 1e9, now_unix_s),
+            r.apply_error,
+        )
+        for r in response.routers
+    ]
+    headers = ("router_id", "boot", "applied", "current", "up-to-date", "connected", "last report")
+    if any(r.apply_error for r in response.routers):
+        return table((*headers, "apply error"), rows)
+    return table(headers, [row[:-1] for row in rows])
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        with ControlPlaneClient.from_args(args) as client:
+            stub = router_pb2_grpc.RouterServiceStub(client.channel)
+            response = client.call(stub.ListRouters, router_pb2.ListRoutersRequest())
+    except CommandError as exc:
+        return exc.report("routers")
+    print(message_json(response) if args.output == "json" else render(response, time.time()))
+    return 0
