@@ -45,6 +45,18 @@ class ModelNotFound(RouterError):
     status, code, default_message = 404, "model_not_found", "no worker serves this model"
 
 
+class RouteNotFound(RouterError):
+    """Not in SPEC §5's table: a path the router does not serve (keeps the envelope anyway)."""
+
+    status, code, default_message = 404, "not_found", "no such endpoint"
+
+
+class MethodNotAllowed(RouterError):
+    """Not in SPEC §5's table: a known path asked with the wrong method."""
+
+    status, code, default_message = 405, "method_not_allowed", "method not allowed on this endpoint"
+
+
 class ServiceOverloaded(RouterError):
     status, code, default_message = 429, "service_overloaded", "admission queue is full, retry later"
 
