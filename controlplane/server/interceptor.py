@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeAlias
 
 import grpc
 from grpc import aio
@@ -27,7 +27,9 @@ from controlplane.server.auth import (
 )
 from controlplane.server.errors import status_for
 
-_Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]]
+_Continuation: TypeAlias = (
+    "Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]]"
+)
 
 
 async def _abort(context: aio.ServicerContext[Any, Any], exc: Exception) -> NoReturn:
