@@ -6,7 +6,10 @@ policy in the entry point, not here). Every accepted socket gets TCP_NODELAY.
 
 API (stable)::
 
-    async def handler(req: Request, resp: Responder) -> None: ...
+    async def handler(req: Request, resp: Responder) -> None: ...   # run as a task
+    def handler(req: Request, resp: Responder) -> Awaitable[None] | None: ...
+        # a plain function that answers at once and returns None costs no task; one that
+        # returns an awaitable (e.g. a coroutine it made) has it run as a task
     server = await start_server(handler, "127.0.0.1", 0, limits=ServerLimits(), reuse_port=False, sock=None)
     server.port; server.connection_count
     server.close()                 # stop accepting

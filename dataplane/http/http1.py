@@ -17,7 +17,7 @@ import httptools
 
 from dataplane.http.context import ServerContext, set_nodelay
 from dataplane.http.http2 import Http2Connection
-from dataplane.http.request import ClientDisconnected, Request, Responder, run_handler
+from dataplane.http.request import ClientDisconnected, Request, Responder, dispatch
 from dataplane.http.wire import (
     CONTINUE_100,
     HEADERS_TOO_LARGE,
@@ -203,7 +203,7 @@ class Http1Connection(asyncio.Protocol):
             self._transport.pause_reading()
             self._reading_paused = True
         request = Request(method, self._url, self._headers, body, False)
-        resp._task = self._loop.create_task(run_handler(self._ctx.handler, request, resp))
+        resp._task = dispatch(self._loop, self._ctx.handler, request, resp)
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from h2.settings import SettingCodes, Settings
 from hyperframe.frame import GoAwayFrame
 
 from dataplane.http.context import ServerContext, set_nodelay
-from dataplane.http.request import ClientDisconnected, Request, Responder, run_handler
+from dataplane.http.request import ClientDisconnected, Request, Responder, dispatch
 from dataplane.http.wire import TIMED_OUT, TOO_LARGE, Headers, body_allowed, h2_response_headers
 
 _NEW, _STREAMING, _DONE = 0, 1, 2
@@ -199,7 +199,7 @@ class Http2Connection(asyncio.Protocol):
         resp._deadline = 0.0
         body = b"" if not parts else parts[0] if len(parts) == 1 else b"".join(parts)
         request = Request(resp._method, resp._path, resp._headers, body, True)
-        resp._task = self._loop.create_task(run_handler(self._ctx.handler, request, resp))
+        resp._task = dispatch(self._loop, self._ctx.handler, request, resp)
 
     def _on_reset(self, sid: int) -> None:
         self._blocked.pop(sid, None)

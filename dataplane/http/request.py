@@ -101,17 +101,38 @@ class Responder:
         raise NotImplementedError
 
 
-Handler = Callable[[Request, Responder], Awaitable[None]]
+# A handler either answers synchronously and returns None (no task is created: the cheapest
+# path, e.g. for refusals and health checks), or returns an awaitable (usually: it is an
+# ``async def``) that the server runs as a task.
+Handler = Callable[[Request, Responder], Awaitable[None] | None]
 
 
-async def run_handler(handler: Handler, request: Request, responder: Responder) -> None:
-    """Run one handler; a failing or forgetful handler never takes the connection down.
+def dispatch(
+    loop: asyncio.AbstractEventLoop, handler: Handler, request: Request, responder: Responder
+) -> asyncio.Task[None] | None:
+    """Call the handler; run what it returns as a task. Handler bugs answer 500 (issue 6)."""
+    try:
+        pending = handler(request, responder)
+    except Exception:
+        _log.exception("http handler failed for %r", request)
+        _answer_internal_error(responder)
+        return None
+    if pending is None:
+        if not responder.finished:
+            _log.error("http handler returned without finishing its answer for %r", request)
+            _answer_internal_error(responder)
+        return None
+    return loop.create_task(_finish(pending, request, responder))
 
-    A handler exception answers 500 with the SPEC §5 envelope if nothing was sent yet, else
-    breaks the answer (issue 6: the connection loop must survive handler bugs).
+
+async def _finish(pending: Awaitable[None], request: Request, responder: Responder) -> None:
+    """Await a handler; a failing or forgetful handler never takes the connection down.
+
+    An exception answers 500 with the SPEC §5 envelope if nothing was sent yet, else breaks the
+    answer; a cancelled handler's unfinished answer is broken too.
     """
     try:
-        await handler(request, responder)
+        await pending
     except asyncio.CancelledError:
         if not responder.finished:
             responder.abort()
