@@ -2,8 +2,37 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from dataplane.router.logs import configure_logging
+    from dataplane.router.settings import SettingsError, build_parser, settings_from_args
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+    except SettingsError as exc:
+        print(f"fleetplane router: {exc}", file=sys.stderr, flush=True)
+        return 2
+    configure_logging()
+    if settings.processes > 1:
+        from dataplane.router.supervisor import run_supervised
+
+        return run_supervised(
+            argv, settings.processes, settings.listen_host, settings.listen_port, settings.drain_grace_s
+        )
+    from dataplane.router.app import serve
+
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.run(serve(settings))
+    return uvloop.run(serve(settings))
+
 
 if __name__ == "__main__":
-    print("fleetplane router: not built yet", file=sys.stderr)
-    raise SystemExit(2)
+    raise SystemExit(main())

@@ -27,8 +27,9 @@ HOP_BY_HOP: frozenset[bytes] = frozenset(
         b"http2-settings",
     }
 )
-# Recomputed by the writer of the next hop.
-FRAMING: frozenset[bytes] = frozenset({b"content-length", b"host"})
+# Recomputed by the writer of the next hop; ``expect`` was answered by the front door (the
+# whole body is read before forwarding, so the worker must not be asked to send 100 Continue).
+FRAMING: frozenset[bytes] = frozenset({b"content-length", b"host", b"expect"})
 DROPPED: frozenset[bytes] = HOP_BY_HOP | FRAMING
 
 
@@ -52,3 +53,17 @@ def end_to_end(headers: Headers) -> Headers:
         drop = DROPPED | listed
         return [(n, v) for n, v in headers if n not in drop and not n.startswith(b":")]
     return [(n, v) for n, v in headers if n not in DROPPED and not n.startswith(b":")]
+
+
+def without_control_chars(headers: Headers) -> Headers:
+    """``headers`` without fields whose name or value holds CR, LF or NUL.
+
+    HTTP/1.1 parsing cannot produce such fields, but HPACK can carry them (RFC 9113 §8.2.1 says
+    they are malformed): a request that arrived over h2 is cleaned before its headers are
+    written to an HTTP/1.1 worker, so no field can smuggle a header line.
+    """
+    return [
+        (n, v)
+        for n, v in headers
+        if b"\r" not in v and b"\n" not in v and b"\0" not in v and b"\r" not in n and b"\n" not in n
+    ]

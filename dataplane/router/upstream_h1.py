@@ -24,6 +24,7 @@ import contextlib
 import socket
 from collections import deque
 from collections.abc import AsyncIterator
+from typing import cast
 
 import httptools
 
@@ -135,8 +136,8 @@ class _Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):

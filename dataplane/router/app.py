@@ -1,0 +1,132 @@
+"""The router's composition root: settings -> state, admission, balancer, metrics, proxy, server.
+
+``Router`` wires the parts (tests and the control-plane client reach them through its
+attributes); ``serve(settings)`` is the single entry point of a router process: it starts the
+router, prints ``router listening on http://HOST:PORT``, runs until SIGTERM/SIGINT and drains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+
+import structlog
+
+from dataplane.http import HttpServer, ServerLimits, start_server
+from dataplane.router.admission import Admission
+from dataplane.router.balancer import Balancer
+from dataplane.router.disconnects import DisconnectSweeper
+from dataplane.router.discovery import DiscoveryError, discover
+from dataplane.router.metrics import RouterMetrics
+from dataplane.router.proxy import Proxy, ProxyConfig
+from dataplane.router.settings import RouterSettings
+from dataplane.router.state import RouterState
+from dataplane.router.workers import Worker, WorkerSpec, WorkerUrlError
+
+log = structlog.get_logger(__name__)
+
+# Set by the ``--processes`` supervisor in each child: bind the shared port with SO_REUSEPORT.
+REUSE_PORT_ENV = "FLEETPLANE_ROUTER_REUSE_PORT"
+
+
+class StartupError(RuntimeError):
+    """The router cannot start; the message is one line naming the flag and the value."""
+
+
+class Router:
+    """One router: its parts, and ``start``/``stop`` of its listener and background tasks."""
+
+    def __init__(self, settings: RouterSettings, state: RouterState | None = None) -> None:
+        self.settings = settings
+        self.state = state if state is not None else RouterState.standalone(settings.contract)
+        self.admission = Admission(settings.max_concurrency, settings.queue_size, settings.queue_timeout_s)
+        self.balancer: Balancer[Worker] = Balancer(settings.policy, Worker.load)
+        self.metrics = RouterMetrics(self.state, self.admission)
+        self.sweeper = DisconnectSweeper()
+        self.proxy = Proxy(
+            self.state,
+            self.admission,
+            self.balancer,
+            self.metrics,
+            self.sweeper,
+            ProxyConfig(request_timeout_s=settings.request_timeout_s, retry_attempts=settings.retry_attempts),
+        )
+        self.server: HttpServer | None = None
+
+    async def register_workers(self) -> None:
+        """Standalone mode: discover every ``--worker`` (protocol, models) and apply the set."""
+        try:
+            specs: list[WorkerSpec] = list(
+                await asyncio.gather(*(discover(u) for u in self.settings.workers))
+            )
+        except (WorkerUrlError, DiscoveryError) as exc:
+            raise StartupError(f"--worker {exc}") from None
+        self.state.apply_workers(specs)
+        for spec in specs:
+            log.info("worker registered", url=spec.url, protocol=spec.protocol, models=list(spec.models))
+
+    async def start(self) -> int:
+        """Open the listener; returns the bound port."""
+        settings = self.settings
+        limits = ServerLimits(max_body_bytes=settings.max_body_bytes)
+        self.sweeper.start()
+        try:
+            self.server = await start_server(
+                self.proxy.handle,
+                settings.listen_host,
+                settings.listen_port,
+                limits=limits,
+                reuse_port=os.environ.get(REUSE_PORT_ENV) == "1",
+            )
+        except OSError as exc:
+            await self.sweeper.stop()
+            raise StartupError(
+                f"--listen {settings.listen_host}:{settings.listen_port}: {exc.strerror or exc}"
+            ) from None
+        return self.server.port
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop accepting, let in-flight requests finish (up to the grace period), close pools."""
+        if self.server is not None:
+            await self.server.drain(self.settings.drain_grace_s if grace_s is None else grace_s)
+            self.server = None
+        await self.sweeper.stop()
+        await self.state.close()
+
+
+async def serve(settings: RouterSettings) -> int:
+    """Run one router process until SIGTERM/SIGINT; 0 on a clean stop, 2 on a startup error."""
+    if settings.control_plane is not None:
+        # The control-plane client (dataplane/router/control.py) plugs in here: build a
+        # RouterState(contracts=None), start the client against it, then start the Router.
+        print("fleetplane router: --control-plane: not built yet", file=sys.stderr, flush=True)
+        return 2
+    router = Router(settings)
+    try:
+        await router.register_workers()
+        port = await router.start()
+    except StartupError as exc:
+        print(f"fleetplane router: {exc}", file=sys.stderr, flush=True)
+        await router.stop(0)
+        return 2
+    if not settings.workers:
+        log.warning("no --worker given: every request will be answered no_healthy_workers")
+    host = f"[{settings.listen_host}]" if ":" in settings.listen_host else settings.listen_host
+    print(f"router listening on http://{host}:{port}", flush=True)
+    log.info("router started", port=port, workers=len(settings.workers), policy=settings.policy.value)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+    log.info("router stopping", in_flight=router.admission.in_use)
+    await router.stop()
+    return 0

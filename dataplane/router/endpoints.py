@@ -1,0 +1,90 @@
+"""The router's GET surface (SPEC §5): ``/v1/models``, ``/health``, ``/readiness``, ``/metrics``,
+``/contract``. Each answer is computed from the current state snapshot; none touches a worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+from dataplane.http import Responder
+from dataplane.router.errors import ContractUnavailable, NoHealthyWorkers, RouterError, error_body
+from dataplane.router.headers import Headers
+from dataplane.router.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from dataplane.router.metrics import RouterMetrics, RouteStats
+from dataplane.router.state import RouterState
+
+JSON: Headers = [(b"content-type", b"application/json")]
+_encode = msgspec.json.Encoder().encode
+_OK = b'{"status":"ok"}'
+
+Answer = Callable[[Responder], int]
+
+
+def error_headers(err: RouterError) -> Headers:
+    """Content type and ``x-router-error-code`` of an error answer (SPEC §5)."""
+    return [(b"content-type", b"application/json"), (b"x-router-error-code", err.code.encode("ascii"))]
+
+
+def answer_error(responder: Responder, err: RouterError) -> int:
+    responder.respond(err.status, error_headers(err), error_body(err))
+    return err.status
+
+
+class Endpoints:
+    """Maps a GET path to its stats and answer."""
+
+    def __init__(self, state: RouterState, metrics: RouterMetrics) -> None:
+        self._state = state
+        self._metrics = metrics
+        self._table: dict[bytes, tuple[RouteStats, Answer]] = {
+            path: (metrics.route(path.decode()), answer)
+            for path, answer in (
+                (b"/v1/models", self.models),
+                (b"/health", self.health),
+                (b"/readiness", self.readiness),
+                (b"/metrics", self.metrics),
+                (b"/contract", self.contract),
+            )
+        }
+
+    def get(self, path: bytes) -> tuple[RouteStats, Answer] | None:
+        return self._table.get(path)
+
+    def models(self, responder: Responder) -> int:
+        """OpenAI's model list, for the models at least one healthy worker serves."""
+        data = [
+            {"id": m, "object": "model", "created": 0, "owned_by": "fleetplane"}
+            for m in self._state.workers.healthy_models()
+        ]
+        responder.respond(200, JSON, _encode({"object": "list", "data": data}))
+        return 200
+
+    def health(self, responder: Responder) -> int:
+        """Liveness: the process answers."""
+        responder.respond(200, JSON, _OK)
+        return 200
+
+    def readiness(self, responder: Responder) -> int:
+        """Ready once there is a worker and (with a control plane) a contract snapshot."""
+        state = self._state
+        if state.contracts is None:
+            return answer_error(responder, ContractUnavailable())
+        if not any(w.healthy for w in state.workers.workers):
+            return answer_error(responder, NoHealthyWorkers())
+        body = {"status": "ready", "workers": len(state.workers), "revision": state.contracts.revision}
+        responder.respond(200, JSON, _encode(body))
+        return 200
+
+    def metrics(self, responder: Responder) -> int:
+        responder.respond(200, [(b"content-type", METRICS_CONTENT_TYPE)], self._metrics.render())
+        return 200
+
+    def contract(self, responder: Responder) -> int:
+        """The contract set and revision applied (JSON)."""
+        contracts = self._state.contracts
+        if contracts is None:
+            return answer_error(responder, ContractUnavailable())
+        responder.respond(200, JSON, _encode(contracts.to_json()))
+        return 200

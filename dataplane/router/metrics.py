@@ -1,0 +1,180 @@
+"""Router metrics (SPEC §8), rendered by prometheus-client at scrape time.
+
+The hot path only bumps plain Python numbers (a dict lookup and an add; no lock, no
+``.labels()`` call): ``RouteStats`` objects are created once per route and cached, per-worker
+upstream counters live in a dict keyed by (url, protocol, outcome). A custom collector turns
+them into metric families when ``/metrics`` is scraped, together with the gauges that are read
+straight from live state (in-flight per worker, queue depth, revision, control-plane link), so
+those cost nothing per request either.
+
+Series: ``fleetplane_sampling_contract_rejections_total{scope,param}`` (absent before the first
+rejection), ``fleetplane_requests_total{route,code}`` (code = HTTP status),
+``fleetplane_request_duration_seconds{route}`` (histogram, streams measured to their end),
+``fleetplane_upstream_requests_total{worker,protocol,outcome}``, ``fleetplane_worker_inflight{worker}``,
+``fleetplane_admission_queue_depth``, ``fleetplane_contract_revision``,
+``fleetplane_control_plane_connected``.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from dataplane.router.admission import Admission
+from dataplane.router.state import RouterState
+
+CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+
+# Upstream outcomes: the worker answered completely; or the exchange failed at the transport.
+OK, UNREACHABLE, BODY_INCOMPLETE, TIMEOUT, CLIENT_GONE = (
+    "ok",
+    "unreachable",
+    "body_incomplete",
+    "timeout",
+    "client_gone",
+)
+
+BUCKETS_S: tuple[float, ...] = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+)
+
+
+class RouteStats:
+    """Counters of one route: answers by status and the duration histogram."""
+
+    __slots__ = ("buckets", "by_status", "count", "route", "sum_s")
+
+    def __init__(self, route: str) -> None:
+        self.route = route
+        self.by_status: dict[int, int] = {}
+        self.buckets = [0] * (len(BUCKETS_S) + 1)  # last slot: above the largest bound
+        self.count = 0
+        self.sum_s = 0.0
+
+    def observe(self, status: int, duration_s: float) -> None:
+        by_status = self.by_status
+        by_status[status] = by_status.get(status, 0) + 1
+        self.buckets[bisect_left(BUCKETS_S, duration_s)] += 1
+        self.count += 1
+        self.sum_s += duration_s
+
+
+class RouterMetrics:
+    """Every router metric; ``render()`` is the ``/metrics`` body."""
+
+    def __init__(self, state: RouterState, admission: Admission) -> None:
+        self.state = state
+        self.admission = admission
+        self.routes: dict[str, RouteStats] = {}
+        self.upstream: dict[tuple[str, str, str], int] = {}
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self))
+
+    def route(self, name: str) -> RouteStats:
+        """The cached stats of a route (create once, keep the object on the hot path)."""
+        stats = self.routes.get(name)
+        if stats is None:
+            stats = self.routes[name] = RouteStats(name)
+        return stats
+
+    def upstream_outcome(self, url: str, protocol: str, outcome: str) -> None:
+        key = (url, protocol, outcome)
+        counts = self.upstream
+        counts[key] = counts.get(key, 0) + 1
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _Collector(Collector):
+    def __init__(self, metrics: RouterMetrics) -> None:
+        self._m = metrics
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
+        m = self._m
+        state = m.state
+        rejections = CounterMetricFamily(
+            "fleetplane_sampling_contract_rejections",
+            "Requests refused by a sampling contract, by scope and violated field (SPEC §3.3).",
+            labels=["scope", "param"],
+        )
+        for (scope, param), n in sorted(state.rejections.items()):
+            rejections.add_metric([scope, param], n)
+        yield rejections
+
+        requests = CounterMetricFamily(
+            "fleetplane_requests", "Answers by route and HTTP status.", labels=["route", "code"]
+        )
+        duration = HistogramMetricFamily(
+            "fleetplane_request_duration_seconds",
+            "Time from request read to answer end (streams included), by route.",
+            labels=["route"],
+        )
+        for name, stats in sorted(m.routes.items()):
+            for status, n in sorted(stats.by_status.items()):
+                requests.add_metric([name, str(status)], n)
+            cumulative, buckets = 0, []
+            for bound, n in zip((*BUCKETS_S, float("inf")), stats.buckets, strict=True):
+                cumulative += n
+                buckets.append((_bound(bound), cumulative))
+            duration.add_metric([name], buckets, stats.sum_s)
+        yield requests
+        yield duration
+
+        upstream = CounterMetricFamily(
+            "fleetplane_upstream_requests",
+            "Exchanges with workers by outcome (ok, unreachable, body_incomplete, timeout, client_gone).",
+            labels=["worker", "protocol", "outcome"],
+        )
+        for (url, protocol, outcome), n in sorted(m.upstream.items()):
+            upstream.add_metric([url, protocol, outcome], n)
+        yield upstream
+
+        inflight = GaugeMetricFamily(
+            "fleetplane_worker_inflight",
+            "Requests in flight per worker (this router's own count).",
+            labels=["worker"],
+        )
+        for worker in state.workers.workers:
+            inflight.add_metric([worker.url], worker.inflight)
+        yield inflight
+        yield GaugeMetricFamily(
+            "fleetplane_admission_queue_depth",
+            "Requests waiting for an admission slot.",
+            value=m.admission.queue_depth,
+        )
+        contracts = state.contracts
+        yield GaugeMetricFamily(
+            "fleetplane_contract_revision",
+            "Revision of the applied contract set (-1: none received yet).",
+            value=contracts.revision if contracts is not None else -1,
+        )
+        yield GaugeMetricFamily(
+            "fleetplane_control_plane_connected",
+            "1 while the control-plane streams are up (always 0 in standalone mode).",
+            value=1 if state.control_plane_connected else 0,
+        )
+
+
+def _bound(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(bound)

@@ -1,0 +1,330 @@
+"""The request path (SPEC §3.3, §5; issue 6 item 2).
+
+Judged endpoints: read body -> probe -> model lookup -> enforce the contract (inject / reject /
+allow) -> THEN admission -> pick a worker -> forward -> relay the answer. A request refused by
+the contract (or malformed, or for an unknown model) never takes a queue slot or reaches a
+worker. Other ``POST /v1/*`` paths skip the contract and go through the same admission and
+forwarding. The GET surface lives in ``endpoints``.
+
+Relaying: a small complete answer goes back in one write; a non-streaming answer still on its
+way is collected up to ``BUFFER_NON_STREAMING`` bytes (so a worker dying midway can still be
+answered with a clean 502 envelope), beyond that it is streamed; an SSE answer is forwarded
+chunk by chunk as it arrives. A worker failing after the head went out ends an SSE stream with a
+final ``error`` event and breaks any other answer (SPEC §5).
+
+Retries: only ``UpstreamUnreachable`` (the request bytes never reached a worker) is retried, on
+another worker, at most ``retry_attempts`` tries in all, with jittered backoff (SPEC §5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+from dataplane.http import ClientDisconnected, Request, Responder
+from dataplane.router.admission import Admission
+from dataplane.router.balancer import Balancer
+from dataplane.router.disconnects import DisconnectSweeper
+from dataplane.router.endpoints import Endpoints, error_headers
+from dataplane.router.enforce import enforce
+from dataplane.router.errors import (
+    BadRequest,
+    ContractUnavailable,
+    MethodNotAllowed,
+    ModelNotFound,
+    NoHealthyWorkers,
+    RouteNotFound,
+    RouterError,
+    SamplingContractViolation,
+    UpstreamBodyIncomplete,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+    error_body,
+    sse_error_event,
+)
+from dataplane.router.headers import Headers, end_to_end, without_control_chars
+from dataplane.router.metrics import BODY_INCOMPLETE, CLIENT_GONE, OK, TIMEOUT, UNREACHABLE, RouterMetrics
+from dataplane.router.probe import probe_body
+from dataplane.router.routes import JUDGED, canonical_path, split_target
+from dataplane.router.state import RouterState
+from dataplane.router.upstream import UpstreamResponse
+from dataplane.router.workers import Worker
+
+BUFFER_NON_STREAMING = 1 << 20
+CLIENT_CLOSED = 499  # nginx's status for "client went away"; only ever a metrics label
+_EVENT_STREAM = b"text/event-stream"
+_MAX_MODEL_IN_MESSAGE = 200
+_NONE: Headers = []  # no extra headers (never mutated)
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    request_timeout_s: float
+    retry_attempts: int = 3
+    retry_backoff_s: float = 0.01
+
+
+class Proxy:
+    """The router's HTTP handler: ``await proxy.handle(request, responder)``."""
+
+    def __init__(
+        self,
+        state: RouterState,
+        admission: Admission,
+        balancer: Balancer[Worker],
+        metrics: RouterMetrics,
+        sweeper: DisconnectSweeper,
+        config: ProxyConfig,
+    ) -> None:
+        self._state = state
+        self._admission = admission
+        self._balancer = balancer
+        self._metrics = metrics
+        self._sweeper = sweeper
+        self._config = config
+        self._endpoints = Endpoints(state, metrics)
+        self._other_stats = metrics.route("/v1/*")
+        self._unknown_stats = metrics.route("other")
+        self._judged_stats = {path: metrics.route(path.decode()) for path in JUDGED}
+
+    async def handle(self, request: Request, responder: Responder) -> None:
+        started = perf_counter()
+        path, query = split_target(request.path)
+        path = canonical_path(path)
+        method = request.method
+        generate = JUDGED.get(path)
+        if generate is not None:
+            stats = self._judged_stats[path]
+            if method != b"POST":
+                status = self._error(responder, MethodNotAllowed(), _NONE)
+            else:
+                status = await self._guard(
+                    responder, self._judged(request, responder, path + query, generate)
+                )
+        elif method == b"GET" and (endpoint := self._endpoints.get(path)) is not None:
+            stats, answer = endpoint
+            status = answer(responder)
+        elif method == b"POST" and path.startswith(b"/v1/"):
+            stats = self._other_stats
+            status = await self._guard(responder, self._unjudged(request, responder))
+        else:
+            stats = self._unknown_stats
+            status = self._error(responder, RouteNotFound(), _NONE)
+        stats.observe(status, perf_counter() - started)
+
+    async def _guard(self, responder: Responder, work: Coroutine[Any, Any, int]) -> int:
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if responder.disconnected:
+                # Cancelled by the disconnect sweeper: nothing to answer, nobody to answer to.
+                return CLIENT_CLOSED
+            raise
+
+    # -- the judged path --------------------------------------------------------------------
+    async def _judged(self, request: Request, responder: Responder, target: bytes, generate: bool) -> int:
+        contracts = self._state.contracts
+        if contracts is None:
+            return self._error(responder, ContractUnavailable(), _NONE)
+        extra = contracts.revision_headers
+        try:
+            probe = probe_body(request.body, generate=generate)
+            group = self._group(probe.model)
+            body = request.body
+            compiled = contracts.for_model(group.model)
+            if compiled is not None:
+                try:
+                    body = enforce(compiled, probe, body)
+                except SamplingContractViolation as violation:
+                    self._state.count_rejection(
+                        compiled.scope, violation.violated or (violation.param or "",)
+                    )
+                    raise
+        except RouterError as err:
+            return self._error(responder, err, extra)
+        return await self._admit(request, responder, target, body, group.workers, extra, probe.stream is True)
+
+    async def _unjudged(self, request: Request, responder: Responder) -> int:
+        try:
+            model = probe_body(request.body).model
+        except BadRequest:
+            model = None  # not a JSON object (e.g. an upload): routable only in a one-model fleet
+        try:
+            group = self._group(model)
+        except RouterError as err:
+            return self._error(responder, err, _NONE)
+        return await self._admit(request, responder, request.path, request.body, group.workers, _NONE, False)
+
+    def _group(self, model: str | None) -> _Group:
+        workers = self._state.workers
+        if model is None:
+            model = workers.sole_model
+            if model is None:
+                if not workers.models:
+                    raise NoHealthyWorkers()
+                raise BadRequest("model is required: this router serves several models")
+        group = workers.by_model.get(model)
+        if group is None:
+            shown = model if len(model) <= _MAX_MODEL_IN_MESSAGE else model[:_MAX_MODEL_IN_MESSAGE] + "…"
+            raise ModelNotFound(f"no worker serves the model '{shown}'")
+        return _Group(model, group)
+
+    # -- admission and forwarding -----------------------------------------------------------
+    async def _admit(
+        self,
+        request: Request,
+        responder: Responder,
+        target: bytes,
+        body: bytes,
+        group: Sequence[Worker],
+        extra: Headers,
+        stream: bool,
+    ) -> int:
+        task = asyncio.current_task()
+        assert task is not None
+        self._sweeper.watch(responder, task.cancel)
+        try:
+            slot = self._admission.try_acquire()
+            if slot is None:
+                try:
+                    slot = await self._admission.acquire()
+                except RouterError as err:
+                    return self._error(responder, err, extra)
+            try:
+                return await self._forward(request, responder, target, body, group, extra, stream)
+            finally:
+                slot.release()
+        finally:
+            self._sweeper.unwatch(responder)
+
+    async def _forward(
+        self,
+        request: Request,
+        responder: Responder,
+        target: bytes,
+        body: bytes,
+        group: Sequence[Worker],
+        extra: Headers,
+        stream: bool,
+    ) -> int:
+        headers = end_to_end(request.headers)
+        if request.http2:
+            headers = without_control_chars(headers)
+        config = self._config
+        metrics = self._metrics
+        tried: list[Worker] = []
+        while True:
+            candidates = [w for w in group if w.healthy and w not in tried]
+            if not candidates:
+                err = UpstreamUnreachable() if tried else NoHealthyWorkers()
+                return self._error(responder, err, extra)
+            worker = self._balancer.pick(candidates) if len(candidates) > 1 else candidates[0]
+            worker.inflight += 1
+            try:
+                response = await worker.pool.request(
+                    request.method, target, headers, body, timeout_s=config.request_timeout_s
+                )
+            except UpstreamUnreachable as unreachable:
+                worker.inflight -= 1
+                worker.record_failure()
+                metrics.upstream_outcome(worker.url, worker.protocol, UNREACHABLE)
+                tried.append(worker)
+                if len(tried) >= config.retry_attempts:
+                    return self._error(responder, unreachable, extra)
+                # Full jitter: routers retrying together must not hit the next worker in step.
+                await asyncio.sleep(random.uniform(0, config.retry_backoff_s * (1 << len(tried))))
+                continue
+            except (UpstreamTimeout, UpstreamBodyIncomplete) as failed:
+                worker.inflight -= 1
+                worker.record_failure()
+                metrics.upstream_outcome(worker.url, worker.protocol, _outcome(failed))
+                return self._error(responder, failed, extra)
+            except BaseException:
+                worker.inflight -= 1
+                metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
+                raise
+            try:
+                return await self._relay(responder, worker, response, extra, stream)
+            finally:
+                worker.inflight -= 1
+
+    async def _relay(
+        self, responder: Responder, worker: Worker, response: UpstreamResponse, extra: Headers, stream: bool
+    ) -> int:
+        status = response.status
+        headers = response.headers + extra if extra else response.headers
+        body = response.buffered_body()
+        if body is not None:  # the small-answer fast path
+            responder.respond(status, headers, body)
+            worker.record_success()
+            self._metrics.upstream_outcome(worker.url, worker.protocol, OK)
+            return status
+        sse = stream or any(n == b"content-type" and v.startswith(_EVENT_STREAM) for n, v in headers)
+        chunks = response.chunks()
+        try:
+            if not sse:
+                parts: list[bytes] = []
+                size = 0
+                while size <= BUFFER_NON_STREAMING:
+                    try:
+                        chunk = await anext(chunks)
+                    except StopAsyncIteration:
+                        responder.respond(status, headers, b"".join(parts))
+                        break
+                    parts.append(chunk)
+                    size += len(chunk)
+                else:
+                    responder.start(status, headers)
+                    await responder.write(b"".join(parts))
+            else:
+                responder.start(status, headers)
+            if not responder.finished:
+                async for chunk in chunks:
+                    await responder.write(chunk)
+                responder.end()
+        except ClientDisconnected:
+            response.abort()
+            self._metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
+            return CLIENT_CLOSED
+        except (UpstreamBodyIncomplete, UpstreamTimeout) as failed:
+            worker.record_failure()
+            self._metrics.upstream_outcome(worker.url, worker.protocol, _outcome(failed))
+            if not responder.started:
+                return self._error(responder, failed, extra)
+            if sse:
+                try:
+                    await responder.write(sse_error_event(failed))
+                except ClientDisconnected:
+                    return CLIENT_CLOSED
+                responder.end()
+            else:
+                responder.abort()
+            return failed.status
+        except BaseException:
+            response.abort()
+            self._metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
+            raise
+        worker.record_success()
+        self._metrics.upstream_outcome(worker.url, worker.protocol, OK)
+        return status
+
+    @staticmethod
+    def _error(responder: Responder, err: RouterError, extra: Headers) -> int:
+        responder.respond(
+            err.status, error_headers(err) + extra if extra else error_headers(err), error_body(err)
+        )
+        return err.status
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    model: str
+    workers: tuple[Worker, ...]
+
+
+def _outcome(err: RouterError) -> str:
+    return TIMEOUT if isinstance(err, UpstreamTimeout) else BODY_INCOMPLETE

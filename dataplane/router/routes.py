@@ -1,0 +1,54 @@
+"""Which endpoint a request target names (pure; SPEC §5).
+
+The contract must not be escapable through the spelling of the path: an engine behind the router
+(Starlette/uvicorn in SGLang) routes on the percent-decoded path, so ``/v1/chat%2Fcompletions``
+would reach its chat handler. The router therefore classifies the *canonical* path
+(percent-decoded, dot-segments resolved, repeated and trailing slashes removed) and forwards
+judged requests with that canonical path, so what it judged is what the engine serves.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+from urllib.parse import unquote_to_bytes
+
+CHAT: Final = b"/v1/chat/completions"
+COMPLETIONS: Final = b"/v1/completions"
+GENERATE: Final = b"/generate"
+
+# Judged endpoints -> whether the sampling fields live under ``sampling_params``.
+JUDGED: Final[dict[bytes, bool]] = {CHAT: False, COMPLETIONS: False, GENERATE: True}
+
+
+def split_target(target: bytes) -> tuple[bytes, bytes]:
+    """``/p?q`` -> (``/p``, ``?q``); the query keeps its ``?`` (or is empty)."""
+    cut = target.find(b"?")
+    if cut < 0:
+        return target, b""
+    return target[:cut], target[cut:]
+
+
+def canonical_path(path: bytes) -> bytes:
+    """The path as a decoding, normalising server would route it.
+
+    Fast path: an ordinary path (no ``%``, no empty or dot segment, no trailing slash) is
+    returned as is.
+    """
+    if b"%" not in path and b"//" not in path and b"/." not in path and not path.endswith(b"/"):
+        return path
+    # Decode until stable: a server decoding twice must not see more than we did.
+    for _ in range(4):
+        decoded = unquote_to_bytes(path)
+        if decoded == path:
+            break
+        path = decoded
+    segments: list[bytes] = []
+    for segment in path.split(b"/"):
+        if segment in (b"", b"."):
+            continue
+        if segment == b"..":
+            if segments:
+                segments.pop()
+            continue
+        segments.append(segment)
+    return b"/" + b"/".join(segments)

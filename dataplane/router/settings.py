@@ -1,0 +1,218 @@
+"""``fleetplane router`` flags (SPEC §1) and the frozen settings they make.
+
+Every flag also reads ``FLEETPLANE_<FLAG>`` (``EnvArgumentParser``). ``settings_from_args`` turns
+the parsed flags into ``RouterSettings`` or raises ``SettingsError`` with one line naming the
+flag, the value and what is allowed (the entry point prints it and exits non-zero).
+
+Standalone mode: workers from ``--worker``; the ``--override-sampling-params`` contract (policy
+``--sampling-param-conflict``, which requires it) becomes scope ``*`` at revision 0. With
+``--control-plane`` both come from the control plane, so ``--worker`` and the contract flags
+are refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from controlplane.contracts import ContractError, SamplingContract, parse_contract_json
+from controlplane.envflags import EnvArgumentParser
+from dataplane.router.balancer import Policy
+from dataplane.router.workers import WorkerAddress, WorkerUrlError
+
+MIB = 1024 * 1024
+
+
+class SettingsError(ValueError):
+    """A flag value the router cannot start with; the message is the one line to print."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouterSettings:
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8080
+    workers: tuple[str, ...] = ()
+    contract: SamplingContract | None = None
+    policy: Policy = Policy.LEAST_LOAD
+    max_concurrency: int = 256
+    queue_size: int = 100
+    queue_timeout_s: float = 60.0
+    request_timeout_s: float = 1800.0
+    max_body_bytes: int = 32 * MIB
+    processes: int = 1
+    router_id: str = ""
+    control_plane: str | None = None
+    token: str | None = None
+    tls_ca: Path | None = None
+    # Not flags (yet): house defaults.
+    retry_attempts: int = 3
+    drain_grace_s: float = 30.0
+
+    @property
+    def listen_url(self) -> str:
+        host = f"[{self.listen_host}]" if ":" in self.listen_host else self.listen_host
+        return f"http://{host}:{self.listen_port}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The SPEC §1 ``fleetplane router`` flags (shared by ``python -m dataplane`` and the CLI)."""
+    parser.add_argument(
+        "--listen",
+        default="127.0.0.1:8080",
+        metavar="HOST:PORT",
+        help="address to serve on (port 0: any free port)",
+    )
+    parser.add_argument(
+        "--control-plane", default=None, metavar="HOST:PORT", help="subscribe to this control plane"
+    )
+    parser.add_argument("--token", default=None, help="bearer token for the control plane")
+    parser.add_argument(
+        "--tls-ca", default=None, metavar="FILE", help="CA bundle to verify the control plane"
+    )
+    parser.add_argument(
+        "--worker",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="http://H:P or h2c://H:P (repeatable; standalone mode)",
+    )
+    parser.add_argument(
+        "--override-sampling-params",
+        default=None,
+        metavar="JSON",
+        help="the sampling contract (standalone mode, SPEC §3.1)",
+    )
+    parser.add_argument(
+        "--sampling-param-conflict",
+        default=None,
+        choices=["reject", "allow"],
+        help="conflict policy of --override-sampling-params (default reject)",
+    )
+    parser.add_argument(
+        "--policy", default="least_load", choices=[p.value for p in Policy], help="worker selection"
+    )
+    parser.add_argument(
+        "--max-concurrency", default=256, type=int, metavar="N", help="requests in flight at once"
+    )
+    parser.add_argument(
+        "--queue-size", default=100, type=int, metavar="N", help="requests waiting for a slot (0: none)"
+    )
+    parser.add_argument(
+        "--queue-timeout-s", default=60.0, type=float, metavar="S", help="longest wait for a slot"
+    )
+    parser.add_argument(
+        "--request-timeout-s",
+        default=1800.0,
+        type=float,
+        metavar="S",
+        help="longest exchange with a worker, body included",
+    )
+    parser.add_argument(
+        "--max-body-bytes", default=32 * MIB, type=int, metavar="N", help="largest request body"
+    )
+    parser.add_argument(
+        "--processes",
+        default=1,
+        type=int,
+        metavar="N",
+        help="router processes sharing the port (SO_REUSEPORT)",
+    )
+    parser.add_argument(
+        "--router-id",
+        default=None,
+        metavar="ID",
+        help="name reported to the control plane (default HOST-PID)",
+    )
+
+
+def build_parser(prog: str = "fleetplane router") -> EnvArgumentParser:
+    parser = EnvArgumentParser(
+        prog=prog, description="fleetplane router: OpenAI-compatible front door (SPEC §1)"
+    )
+    add_arguments(parser)
+    return parser
+
+
+def parse_listen(value: str, flag: str = "--listen") -> tuple[str, int]:
+    """``HOST:PORT`` or ``[V6]:PORT`` -> (host, port); port 0 allowed."""
+    host, sep, port = value.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise SettingsError(
+            f"{flag} {value!r}: expected HOST:PORT with PORT in 0..65535, e.g. 127.0.0.1:8080"
+        )
+    return host, int(port)
+
+
+def _positive(flag: str, value: float, *, allow_zero: bool = False) -> None:
+    if not (value >= 0 if allow_zero else value > 0) or value != value:
+        bound = "0 or more" if allow_zero else "more than 0"
+        raise SettingsError(f"{flag} {value!r}: must be {bound}")
+
+
+def settings_from_args(args: argparse.Namespace) -> RouterSettings:
+    """Validate the parsed flags (raises ``SettingsError``)."""
+    host, port = parse_listen(args.listen)
+    workers = tuple(args.worker or ())
+    for url in workers:
+        try:
+            WorkerAddress.parse(url)
+        except WorkerUrlError as exc:
+            raise SettingsError(f"--worker {exc}") from None
+    if args.control_plane is not None:
+        if workers:
+            raise SettingsError(
+                "--worker: not allowed with --control-plane (workers come from the control plane)"
+            )
+        if args.override_sampling_params is not None or args.sampling_param_conflict is not None:
+            raise SettingsError(
+                "--override-sampling-params/--sampling-param-conflict: not allowed with --control-plane "
+                "(contracts come from the control plane)"
+            )
+    elif args.token is not None or args.tls_ca is not None:
+        raise SettingsError("--token/--tls-ca: only meaningful with --control-plane")
+    contract = None
+    if args.override_sampling_params is not None:
+        try:
+            contract = parse_contract_json(
+                args.override_sampling_params, args.sampling_param_conflict or "reject"
+            )
+        except ContractError as exc:
+            raise SettingsError(
+                f"--override-sampling-params {args.override_sampling_params!r}: {exc.message}"
+            ) from None
+    elif args.sampling_param_conflict is not None:
+        raise SettingsError(
+            f"--sampling-param-conflict {args.sampling_param_conflict!r}: requires --override-sampling-params"
+        )
+    for flag, value in (
+        ("--max-concurrency", args.max_concurrency),
+        ("--processes", args.processes),
+        ("--max-body-bytes", args.max_body_bytes),
+    ):
+        if value < 1:
+            raise SettingsError(f"{flag} {value}: must be at least 1")
+    _positive("--queue-size", args.queue_size, allow_zero=True)
+    _positive("--queue-timeout-s", args.queue_timeout_s)
+    _positive("--request-timeout-s", args.request_timeout_s)
+    return RouterSettings(
+        listen_host=host,
+        listen_port=port,
+        workers=workers,
+        contract=contract,
+        policy=Policy(args.policy),
+        max_concurrency=args.max_concurrency,
+        queue_size=args.queue_size,
+        queue_timeout_s=args.queue_timeout_s,
+        request_timeout_s=args.request_timeout_s,
+        max_body_bytes=args.max_body_bytes,
+        processes=args.processes,
+        router_id=args.router_id or f"{socket.gethostname()}-{os.getpid()}",
+        control_plane=args.control_plane,
+        token=args.token,
+        tls_ca=Path(args.tls_ca) if args.tls_ca else None,
+    )

@@ -1,0 +1,174 @@
+"""The router's current view of the world: workers + contracts, swapped as whole snapshots.
+
+Following go-control-plane (ARCHITECTURE), a contract set arrives as a complete set at one
+revision, is validated and compiled once (``enforce.compile_contract``), and replaces the
+previous set in one assignment; a request reads ``state.contracts`` once and uses that snapshot
+to the end, so it is never judged by half of one revision and half of another.
+
+Standalone mode (SPEC §1): the ``--override-sampling-params`` contract is scope ``*`` at
+revision 0, applied before the listener opens. With a control plane (a later issue), the
+client calls ``apply_contracts``/``apply_workers`` on every update, and the router is not
+ready (and judged requests get ``contract_unavailable``) until the first contract snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from controlplane.contracts import SamplingContract, contract_to_json
+from dataplane.router.enforce import CompiledContract, compile_contract
+from dataplane.router.upstream import UpstreamPool
+from dataplane.router.workers import Worker, WorkerSet, WorkerSpec, WorkerSpecLike, make_pool, reconcile
+
+# How long a removed worker's in-flight answers may run on before its pool is closed anyway.
+RETIRE_GRACE_S = 600.0
+
+FLEET_SCOPE = "*"
+
+
+class ContractSet:
+    """One revision's contracts, by scope, compiled for the hot path (immutable)."""
+
+    __slots__ = ("_compiled", "_fleet", "contracts", "revision", "revision_headers")
+
+    def __init__(self, revision: int, contracts: Mapping[str, SamplingContract]) -> None:
+        self.revision = revision
+        self.contracts: Mapping[str, SamplingContract] = MappingProxyType(dict(contracts))
+        self._compiled: Mapping[str, CompiledContract] = MappingProxyType(
+            {
+                scope: compile_contract(contract, scope=scope, revision=revision)
+                for scope, contract in contracts.items()
+            }
+        )
+        self._fleet = self._compiled.get(FLEET_SCOPE)
+        # Sent on every judged answer (SPEC §5), built once per snapshot.
+        self.revision_headers: list[tuple[bytes, bytes]] = [(b"x-contract-revision", b"%d" % revision)]
+
+    def for_model(self, model: str | None) -> CompiledContract | None:
+        """The contract judging a request for ``model`` (SPEC §3.2: its scope, else ``*``, else none)."""
+        if model is not None:
+            compiled = self._compiled.get(model)
+            if compiled is not None:
+                return compiled
+        return self._fleet
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``GET /contract`` document."""
+        return {
+            "revision": self.revision,
+            "contracts": {
+                scope: {"params": json.loads(contract_to_json(c)), "conflict": c.conflict.value}
+                for scope, c in sorted(self.contracts.items())
+            },
+        }
+
+
+class EngineLoadLike(Protocol):
+    """One worker's engine load as the control-plane client hands it over (``control.EngineLoad``)."""
+
+    @property
+    def running(self) -> int: ...
+    @property
+    def waiting(self) -> int: ...
+    @property
+    def fresh(self) -> bool: ...
+
+
+class RouterState:
+    """The swappable snapshot holder shared by the request path and the control-plane client.
+
+    Implements ``control.ControlTarget``: ``apply_contracts``, ``apply_workers``, ``apply_loads``,
+    ``rejection_counts``, ``set_control_plane_connected``.
+    """
+
+    def __init__(self, *, contracts: ContractSet | None = None) -> None:
+        # None: subscribed to a control plane and no snapshot yet (SPEC §5 contract_unavailable).
+        self.contracts: ContractSet | None = contracts
+        self.workers = WorkerSet()
+        self.control_plane_connected = False
+        # Cumulative contract rejections by (scope, param) since start (SPEC §6 ReportRouterStatus,
+        # §8 fleetplane_sampling_contract_rejections_total): one dict update per violated field.
+        self.rejections: dict[tuple[str, str], int] = {}
+        self._listeners: list[Callable[[], None]] = []
+        self._closers: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def standalone(cls, contract: SamplingContract | None) -> RouterState:
+        """Standalone mode: the flags' contract (if any) is scope ``*`` at revision 0."""
+        return cls(contracts=ContractSet(0, {FLEET_SCOPE: contract} if contract is not None else {}))
+
+    @property
+    def ready(self) -> bool:
+        """``/readiness``: a worker to send to and, with a control plane, a contract snapshot."""
+        return self.contracts is not None and len(self.workers) > 0
+
+    def apply_contracts(self, revision: int, contracts: Mapping[str, SamplingContract]) -> None:
+        """Install a complete contract set (compiled here, once, before the swap)."""
+        self.contracts = ContractSet(revision, contracts)
+        self._notify()
+
+    def apply_workers(
+        self,
+        specs: Sequence[WorkerSpecLike],
+        pool_factory: Callable[[WorkerSpec], UpstreamPool] = make_pool,
+    ) -> None:
+        """Install a complete worker list (kept workers untouched).
+
+        The pools of workers that left are closed in the background once their in-flight
+        answers are done; call from the event loop.
+        """
+        self.workers, removed = reconcile(self.workers, specs, pool_factory)
+        for worker in removed:
+            task = asyncio.get_running_loop().create_task(_close_when_idle(worker))
+            self._closers.add(task)
+            task.add_done_callback(self._closers.discard)
+        self._notify()
+
+    def apply_loads(self, loads: Mapping[str, EngineLoadLike]) -> None:
+        """Replace the engine load views by worker URL; only FRESH views count (SPEC §7)."""
+        for worker in self.workers.workers:
+            view = loads.get(worker.url)
+            fresh = view is not None and view.fresh
+            worker.observe_engine_load(view.running + view.waiting if view is not None and fresh else None)
+
+    def rejection_counts(self) -> Mapping[tuple[str, str], int]:
+        """Cumulative rejections since start, by (scope, param)."""
+        return dict(self.rejections)
+
+    def count_rejection(self, scope: str, params: Sequence[str]) -> None:
+        """Count one rejected request under every field it violated (SPEC §3.3)."""
+        counts = self.rejections
+        for param in params:
+            key = (scope, param)
+            counts[key] = counts.get(key, 0) + 1
+
+    def set_control_plane_connected(self, connected: bool) -> None:
+        self.control_plane_connected = connected
+
+    async def close(self) -> None:
+        """Shutdown: close every pool (in-flight answers end as incomplete)."""
+        for task in list(self._closers):
+            task.cancel()
+        for worker in self.workers.workers:
+            await worker.pool.close()
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every applied snapshot (metrics, status reports)."""
+        self._listeners.append(listener)
+
+    def _notify(self) -> None:
+        for listener in self._listeners:
+            listener()
+
+
+async def _close_when_idle(worker: Worker) -> None:
+    deadline = time.monotonic() + RETIRE_GRACE_S
+    # Polling (rare, per removed worker) keeps the hot path free of per-request signalling.
+    while worker.inflight and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.5)
+    await worker.pool.close()
