@@ -98,9 +98,9 @@ class WorkerView:
 
 @dataclass(frozen=True, slots=True)
 class Changes:
-    """Workers changed and removed since the previous ``take_changes``."""
+    """URLs of workers changed and removed since the previous ``take_changes``."""
 
-    changed: tuple[WorkerView, ...]
+    changed: tuple[str, ...]
     removed: tuple[str, ...]
 
     def __bool__(self) -> bool:
@@ -217,13 +217,13 @@ class LoadTable:
     # -- views --------------------------------------------------------------------------
 
     def take_changes(self, now: float) -> Changes:
-        """Views of the workers changed since the last call, and the URLs removed."""
+        """URLs of the workers changed since the last call (freshness re-evaluated at ``now``)
+        and of those removed; the caller builds views only if someone is watching."""
         self.refresh(now)
-        changed = tuple(self._view(self._workers[url], now) for url in sorted(self._dirty))
-        removed = tuple(sorted(self._removed))
+        changes = Changes(changed=tuple(sorted(self._dirty)), removed=tuple(sorted(self._removed)))
         self._dirty.clear()
         self._removed.clear()
-        return Changes(changed=changed, removed=removed)
+        return changes
 
     def view(self, url: str, now: float) -> WorkerView | None:
         worker = self._workers.get(url)

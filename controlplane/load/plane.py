@@ -1,0 +1,227 @@
+"""The load plane: registry + discovery + ZMQ ingest + load table + watch hub, composed.
+
+``LoadPlane`` is what the LoadService servicer calls. It keeps the in-memory registry in
+step with the durable one: a change is written first (acknowledged only once durable, SPEC
+§6), then applied to the table and the subscriptions, under one lock so concurrent
+registrations apply in commit order. Discovery (network, seconds) runs before the lock.
+
+Workers whose discovery failed (e.g. registered before the engine was up) are asked again
+in the background until it succeeds; explicit endpoints and models are never overwritten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import structlog
+
+from controlplane.errors import NotFound
+from controlplane.load.discovery import Discoverer
+from controlplane.load.hub import LoadHub
+from controlplane.load.registration import (
+    LOAD_TOPIC,
+    Protocol,
+    WorkerAddress,
+    WorkerRecord,
+    parse_load_endpoints,
+    parse_models,
+    parse_protocol,
+    parse_worker_url,
+)
+from controlplane.load.subscriber import LoadSubscriber, SubscribeError
+from controlplane.load.table import LoadTable, WorkerView
+from controlplane.store.workers import WorkerRegistry
+
+log = structlog.get_logger(__name__)
+
+REDISCOVER_INTERVAL_S = 10.0
+
+
+class LoadPlane:
+    """Owns the load state of one control plane. Create, ``start``, run ``run_*`` tasks, ``stop``."""
+
+    def __init__(
+        self,
+        registry: WorkerRegistry,
+        *,
+        stale_after_s: float,
+        push_interval_s: float,
+        discoverer: Discoverer | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        rediscover_interval_s: float = REDISCOVER_INTERVAL_S,
+    ) -> None:
+        self._registry = registry
+        self._discoverer = discoverer or Discoverer()
+        self._clock = clock
+        self._wall = wall_clock
+        self._rediscover_interval_s = rediscover_interval_s
+        self.table = LoadTable(stale_after_s)
+        self.hub = LoadHub(self.table, push_interval_s=push_interval_s, clock=clock)
+        self._subscriber: LoadSubscriber | None = None
+        self._workers: dict[str, WorkerRecord] = {}
+        self._lock = asyncio.Lock()
+
+    @property
+    def subscriber(self) -> LoadSubscriber:
+        assert self._subscriber is not None, "LoadPlane not started"
+        return self._subscriber
+
+    async def start(self) -> None:
+        """Load the registry and subscribe to every stored worker's endpoints."""
+        self._subscriber = LoadSubscriber(self.table, self.hub.mark_dirty, clock=self._clock)
+        for record in await self._registry.list():
+            self._apply(record)
+        log.info("load_plane_started", workers=len(self._workers))
+
+    async def stop(self) -> None:
+        self.hub.close()
+        if self._subscriber is not None:
+            self._subscriber.close()
+            self._subscriber = None
+
+    # -- registry -----------------------------------------------------------------------
+
+    def workers(self) -> list[WorkerRecord]:
+        return [self._workers[url] for url in sorted(self._workers)]
+
+    async def register(
+        self, url: str, protocol: int, models: Sequence[str], load_endpoints: Sequence[str]
+    ) -> WorkerRecord:
+        """Validate, discover what is missing, store durably, then subscribe."""
+        address = parse_worker_url(url)
+        asked = parse_protocol(protocol, address)
+        explicit_models = parse_models(list(models))
+        explicit_endpoints = parse_load_endpoints(list(load_endpoints), address)
+        record = await self._resolve(address, asked, explicit_models, explicit_endpoints)
+        # Shielded: once the write is submitted it happens; the memory must follow it even
+        # if the client gives up (cancellation) in the meantime.
+        await asyncio.shield(self._commit(record))
+        log.info(
+            "worker_registered",
+            url=record.url,
+            protocol=record.resolved_protocol.name,
+            endpoints=list(record.load_endpoints),
+            discovery_error=record.discovery_error or None,
+        )
+        return record
+
+    async def deregister(self, url: str) -> None:
+        """Remove a worker durably and close its sockets; NOT_FOUND if it is not registered."""
+        key = parse_worker_url(url).url
+        if key not in self._workers:
+            raise NotFound(f"url: worker {key} is not registered", field="url")
+        await asyncio.shield(self._remove(key))
+        log.info("worker_deregistered", url=key)
+
+    async def _resolve(
+        self,
+        address: WorkerAddress,
+        asked: Protocol,
+        models: tuple[str, ...],
+        endpoints: tuple[str, ...],
+    ) -> WorkerRecord:
+        forced = Protocol.H2C if address.scheme == "h2c" else asked
+        resolved = forced
+        topic = LOAD_TOPIC
+        error = ""
+        discovered = False
+        if not endpoints or not models or forced is Protocol.AUTO:
+            found = await self._discoverer.discover(
+                address, forced, want_endpoints=not endpoints, want_models=not models
+            )
+            resolved = found.resolved_protocol
+            error = found.error
+            if not endpoints:
+                endpoints, topic, discovered = found.load_endpoints, found.load_topic, True
+            if not models:
+                models = found.models
+        return WorkerRecord(
+            url=address.url,
+            protocol=asked,
+            resolved_protocol=resolved,
+            models=models,
+            load_endpoints=endpoints,
+            load_topic=topic,
+            discovered=discovered,
+            register_time_unix_s=self._wall(),
+            discovery_error=error,
+        )
+
+    async def _commit(self, record: WorkerRecord) -> None:
+        async with self._lock:
+            # One worker per host:port: h2c://H:P replaces http://H:P and vice versa.
+            authority = record.url.split("://", 1)[1]
+            replaced = [u for u in self._workers if u != record.url and u.split("://", 1)[1] == authority]
+            await self._registry.put(record, replaces=replaced)
+            for url in replaced:
+                self._forget(url)
+            self._apply(record)
+
+    async def _remove(self, url: str) -> None:
+        async with self._lock:
+            if url not in self._workers:
+                return
+            await self._registry.delete(url)
+            self._forget(url)
+
+    def _apply(self, record: WorkerRecord) -> None:
+        # Every (re)registration reconnects: the engine behind the URL may have restarted.
+        self._workers[record.url] = record
+        ranks = self.table.set_worker(record.url, record.load_endpoints)
+        if self._subscriber is None:
+            return  # stopping: the table still answers, but no new sockets are opened
+        try:
+            self._subscriber.subscribe(record.url, ranks, record.load_topic.encode())
+        except SubscribeError as exc:
+            log.error("load_subscribe_failed", url=record.url, error=str(exc))
+        self.hub.mark_dirty()
+
+    def _forget(self, url: str) -> None:
+        self._workers.pop(url, None)
+        self.table.remove_worker(url)
+        if self._subscriber is not None:
+            self._subscriber.unsubscribe(url)
+        self.hub.mark_dirty()
+
+    # -- loads --------------------------------------------------------------------------
+
+    def loads(self) -> list[WorkerView]:
+        return self.table.views(self._clock())
+
+    # -- background ---------------------------------------------------------------------
+
+    async def run_rediscovery(self) -> None:
+        """Retry discovery for workers registered while their engine was not answering."""
+        while True:
+            await asyncio.sleep(self._rediscover_interval_s)
+            for record in list(self._workers.values()):
+                if record.discovered and not record.load_endpoints and record.discovery_error:
+                    await self._rediscover(record)
+
+    async def _rediscover(self, record: WorkerRecord) -> None:
+        address = parse_worker_url(record.url)
+        found = await self._discoverer.discover(
+            address, record.protocol, want_endpoints=True, want_models=not record.models
+        )
+        if not found.load_endpoints:
+            return
+        updated = replace(
+            record,
+            resolved_protocol=found.resolved_protocol
+            if record.protocol is Protocol.AUTO and address.scheme != "h2c"
+            else record.resolved_protocol,
+            load_endpoints=found.load_endpoints,
+            load_topic=found.load_topic,
+            models=record.models or found.models,
+            discovery_error=found.error,
+        )
+        async with self._lock:
+            if self._workers.get(record.url) != record:
+                return  # re-registered or removed meanwhile: that decision wins
+            await self._registry.put(updated)
+            self._apply(updated)
+        log.info("worker_rediscovered", url=record.url, endpoints=list(updated.load_endpoints))

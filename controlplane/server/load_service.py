@@ -1,0 +1,116 @@
+"""LoadService (SPEC §6, §7): worker registry and engine load views over gRPC.
+
+Thin: validation, discovery, durability and the ingest live in ``controlplane.load``; errors
+propagate as domain exceptions and the interceptor maps them to statuses. Roles come from
+the method verbs (``controlplane.server.auth``): Register/Deregister are admin only;
+List/Get/Watch are open to routers and viewers too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import structlog
+from grpc import aio
+
+from controlplane.errors import Unavailable
+from controlplane.load.convert import timestamp, worker_load, worker_message
+from controlplane.load.hub import Delta
+from controlplane.load.plane import LoadPlane
+from controlplane.load.status import render_loads
+from controlplane.server.component import AppContext, Component, ServiceBinding
+from controlplane.store.workers import MemoryWorkerRegistry, SqliteWorkerRegistry, WorkerRegistry
+from controlplane.v1 import load_pb2, load_pb2_grpc
+
+log = structlog.get_logger("controlplane.loads")
+
+SERVICE_NAME = load_pb2.DESCRIPTOR.services_by_name["LoadService"].full_name
+
+_Context = aio.ServicerContext[Any, Any]
+
+
+class LoadServicer(load_pb2_grpc.LoadServiceServicer):
+    def __init__(self, plane: LoadPlane, *, wall_clock: Callable[[], float] = time.time) -> None:
+        self._plane = plane
+        self._wall = wall_clock
+
+    async def RegisterWorker(
+        self, request: load_pb2.RegisterWorkerRequest, context: _Context
+    ) -> load_pb2.RegisterWorkerResponse:
+        record = await self._plane.register(
+            request.url, request.protocol, list(request.models), list(request.load_endpoints)
+        )
+        return load_pb2.RegisterWorkerResponse(worker=worker_message(record))
+
+    async def DeregisterWorker(
+        self, request: load_pb2.DeregisterWorkerRequest, context: _Context
+    ) -> load_pb2.DeregisterWorkerResponse:
+        await self._plane.deregister(request.url)
+        return load_pb2.DeregisterWorkerResponse()
+
+    async def ListWorkers(
+        self, request: load_pb2.ListWorkersRequest, context: _Context
+    ) -> load_pb2.ListWorkersResponse:
+        return load_pb2.ListWorkersResponse(workers=[worker_message(r) for r in self._plane.workers()])
+
+    async def GetLoads(
+        self, request: load_pb2.GetLoadsRequest, context: _Context
+    ) -> load_pb2.GetLoadsResponse:
+        return load_pb2.GetLoadsResponse(workers=[worker_load(v) for v in self._plane.loads()])
+
+    async def WatchLoads(
+        self, request: load_pb2.WatchLoadsRequest, context: _Context
+    ) -> AsyncIterator[load_pb2.WatchLoadsResponse]:
+        hub = self._plane.hub
+        interval_s = hub.push_interval_s
+        log.info("load_watch_opened", router_id=request.router_id)
+        with hub.subscribe() as slot:
+            try:
+                slot.clear()
+                delta = hub.full()
+                while True:
+                    if slot.closed:
+                        raise Unavailable("control plane shutting down; reconnect")
+                    if delta:
+                        # No lock is held here: a slow stream only delays its own slot, and
+                        # what it sends next is the newest state (SPEC §6: newest wins).
+                        yield self._message(delta)
+                        # At most one message per push interval per watcher (SPEC §6).
+                        await asyncio.sleep(interval_s)
+                    version = delta.version
+                    await slot.wait()
+                    slot.clear()
+                    delta = hub.since(version)
+            finally:
+                log.info("load_watch_closed", router_id=request.router_id)
+
+    def _message(self, delta: Delta) -> load_pb2.WatchLoadsResponse:
+        return load_pb2.WatchLoadsResponse(
+            full=delta.full, workers=delta.workers, removed_urls=delta.removed, time=timestamp(self._wall())
+        )
+
+
+async def load_component(ctx: AppContext) -> Component:
+    """LoadService, its ingest and push tasks, and the worker-load section of the status page."""
+    registry: WorkerRegistry
+    if ctx.database is not None:
+        registry = await SqliteWorkerRegistry.open(ctx.database)
+    else:
+        registry = MemoryWorkerRegistry()
+    plane = LoadPlane(
+        registry,
+        stale_after_s=ctx.settings.load_stale_after_s,
+        push_interval_s=ctx.settings.load_push_interval_ms / 1000,
+    )
+    await plane.start()
+    return Component(
+        services=[
+            ServiceBinding(load_pb2_grpc.add_LoadServiceServicer_to_server, LoadServicer(plane), SERVICE_NAME)
+        ],
+        background=[plane.hub.run, plane.run_rediscovery],
+        status_sections=[("Worker load", lambda: render_loads(plane.workers(), plane.loads()))],
+        on_shutdown=[plane.stop],
+    )
