@@ -27,13 +27,14 @@ from controlplane.server.contract_service import contract_component
 from controlplane.server.contract_views import ContractViews
 from controlplane.server.http import StatusHttpServer
 from controlplane.server.interceptor import ServiceInterceptor
+from controlplane.server.load_service import load_component
 from controlplane.server.router_service import router_component
 from controlplane.settings import Address, ControlSettings, SettingsError
 from controlplane.store import SqliteStore
 
 log = structlog.get_logger("controlplane.app")
 
-COMPONENTS: tuple[ComponentFactory, ...] = (contract_component, router_component)
+COMPONENTS: tuple[ComponentFactory, ...] = (contract_component, router_component, load_component)
 
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 # Long-lived watch streams: let clients keep idle connections alive with pings (routers), and
