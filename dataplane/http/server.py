@@ -22,12 +22,13 @@ class HttpServer:
     def __init__(self, server: asyncio.Server, ctx: ServerContext) -> None:
         self._server = server
         self._ctx = ctx
+        self._port = int(server.sockets[0].getsockname()[1]) if server.sockets else 0
         self._sweeper = ctx.loop.create_task(self._sweep(), name="http-server-sweeper")
 
     @property
     def port(self) -> int:
         """The bound port of the first listening socket (useful with port 0)."""
-        return int(self._server.sockets[0].getsockname()[1])
+        return self._port
 
     @property
     def sockets(self) -> tuple[socket.socket, ...]:

@@ -1,0 +1,321 @@
+"""HTTP/1.1 behaviour of the shared server over real loopback sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from dataplane.http import ClientDisconnected, Request, Responder
+from tests.integration.http.conftest import get, h1_open, post, serving
+
+TEXT = [(b"content-type", b"text/plain")]
+
+
+async def echo(req: Request, resp: Responder) -> None:
+    """Answers ``<method> <path> <body length>`` and echoes the body."""
+    if req.path.startswith(b"/sleep/"):
+        await asyncio.sleep(float(req.path[7:]))
+    resp.respond(
+        200, [*TEXT, (b"x-len", b"%d" % len(req.body))], req.method + b" " + req.path + b" " + req.body
+    )
+
+
+async def test_keep_alive_serves_several_requests_on_one_connection() -> None:
+    """Two requests on one connection are both answered and the connection stays open."""
+    async with serving(echo) as server:
+        rd, wr = await h1_open(server.port)
+        for i in range(3):
+            wr.write(post("/a", b"x" * i))
+            answer = await rd.read()
+            assert answer.status == 200
+            assert answer.body == b"POST /a " + b"x" * i
+            assert answer.header(b"content-length") == b"%d" % len(answer.body)
+            assert answer.header(b"connection") is None
+        assert server.connection_count == 1
+        wr.close()
+
+
+async def test_sync_handler_answers_without_awaiting() -> None:
+    """A plain (non-async) handler that answers at once is served like an async one."""
+
+    def hello(req: Request, resp: Responder) -> None:
+        resp.respond(200, TEXT, b"hi")
+
+    async with serving(hello) as server:
+        rd, wr = await h1_open(server.port)
+        wr.write(get() + get())
+        assert (await rd.read()).body == b"hi"
+        assert (await rd.read()).body == b"hi"
+        wr.close()
+
+
+async def test_pipelined_requests_are_answered_in_request_order() -> None:
+    """Pipelined requests get their answers in request order even when earlier ones finish last."""
+    async with serving(echo) as server:
+        rd, wr = await h1_open(server.port)
+        wr.write(get("/sleep/0.3") + get("/sleep/0.1") + get("/sleep/0") + post("/p", b"body"))
+        bodies = [(await rd.read()).body for _ in range(4)]
+        assert bodies == [b"GET /sleep/0.3 ", b"GET /sleep/0.1 ", b"GET /sleep/0 ", b"POST /p body"]
+        wr.close()
+
+
+async def test_chunked_request_body_is_assembled() -> None:
+    """A chunked request body reaches the handler whole."""
+    async with serving(echo) as server:
+        rd, wr = await h1_open(server.port)
+        wr.write(b"POST /c HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n")
+        for piece in (b"hel", b"lo ", b"world"):
+            wr.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await asyncio.sleep(0.01)
+        wr.write(b"0\r\n\r\n")
+        answer = await rd.read()
+        assert answer.body == b"POST /c hello world"
+        wr.close()
+
+
+async def test_announced_oversized_body_is_refused_before_it_is_sent() -> None:
+    """A client announcing a 1 GiB body gets 413 at once, without sending any of it."""
+    async with serving(echo, max_body_bytes=1024) as server:
+        rd, wr = await h1_open(server.port)
+        wr.write(b"POST /big HTTP/1.1\r\nhost: t\r\ncontent-length: 1073741824\r\n\r\n")
+        answer = await rd.read(wait_s=2)
+        assert answer.status == 413
+        assert answer.header(b"x-router-error-code") == b"payload_too_large"
+        assert answer.header(b"connection") == b"close"
+        assert json.loads(answer.body)["error"]["code"] == "payload_too_large"
+        assert await rd.at_eof()
+        wr.close()
+
+
+async def test_expect_continue_gets_413_instead_of_100_when_too_large() -> None:
+    """``Expect: 100-continue`` with an oversized length gets 413 and never a 100."""
+    async with serving(echo, max_body_bytes=10) as server:
+        rd, wr = await h1_open(server.port)
+        wr.write(b"POST / HTTP/1.1\r\nhost: t\r\ncontent-length: 11\r\nexpect: 100-continue\r\n\r\n")
+        answer = await rd.read(wait_s=2)
+        assert answer.status == 413
+        wr.close()
+
+
+async def test_expect_continue_gets_100_then_the_answer() -> None:
+    """``Expect: 100-continue`` gets ``100 Continue`` before the client sends the body."""
+    async with serving(echo) as server:
+        reader, wr = await asyncio.open_connection("127.0.0.1", server.port)
+        wr.write(b"POST /e HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\n")
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        wr.write(b"ok")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+        wr.close()
+
+
+async def test_chunked_body_over_the_limit_is_refused_as_it_arrives() -> None:
+    """A chunked body is refused with 413 as soon as it passes the limit, then the connection closes."""
+    async with serving(echo, max_body_bytes=1000) as server:
+        rd, wr = await h1_open(server.port)
+        wr.write(b"POST /c HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(3):
+            wr.write(b"%x\r\n%s\r\n" % (400, b"y" * 400))
+        # The terminating chunk is never sent: the answer must not wait for it.
+        answer = await rd.read(wait_s=2)
+        assert answer.status == 413
+        assert await rd.at_eof()
+        wr.close()
+
+
+async def test_content_length_with_transfer_encoding_is_refused() -> None:
+    """Content-Length together with Transfer-Encoding is a 400 (RFC 9112 §6.1, smuggling)."""
+    async with serving(echo) as server:
+        rd, wr = await h1_open(server.port)
+        wr.write(
+            b"POST / HTTP/1.1\r\nhost: t\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n"
+            b"3\r\nabc\r\n0\r\n\r\n"
+        )
+        answer = await rd.read()
+        assert answer.status == 400
+        assert answer.header(b"x-router-error-code") == b"bad_request"
+        assert json.loads(answer.body)["error"]["type"] == "invalid_request_error"
+        assert await rd.at_eof()
+
+
+async def test_invalid_chunking_is_refused_and_closes() -> None:
+    """A malformed chunk size is a 400 and the connection closes."""
+    async with serving(echo) as server:
+        rd, wr = await h1_open(server.port)
+        wr.write(b"POST / HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nabc\r\n")
+        answer = await rd.read()
+        assert answer.status == 400
+        assert await rd.at_eof()
+
+
+async def test_oversized_headers_get_431() -> None:
+    """Headers over ``max_header_bytes`` get 431 with the envelope, whether split or in one read."""
+    async with serving(echo, max_header_bytes=2048) as server:
+        for split in (False, True):
+            rd, wr = await h1_open(server.port)
+            raw = b"GET / HTTP/1.1\r\nhost: t\r\nx-big: " + b"a" * 4096 + b"\r\n\r\n"
+            if split:
+                for i in range(0, len(raw), 512):
+                    wr.write(raw[i : i + 512])
+                    await asyncio.sleep(0.005)
+            else:
+                wr.write(raw)
+            answer = await rd.read()
+            assert answer.status == 431
+            assert answer.header(b"x-router-error-code") == b"bad_request"
+            wr.close()
+
+
+async def test_slow_client_hits_the_read_timeout() -> None:
+    """A request trickling in slower than ``read_timeout_s`` gets 408 and the connection closes."""
+    async with serving(echo, read_timeout_s=0.4) as server:
+        rd, wr = await h1_open(server.port)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        wr.write(b"POST / HTTP/1.1\r\nhost: t\r\ncontent-length: 100\r\n\r\n")
+        for _ in range(20):
+            if rd.reader.at_eof():
+                break
+            wr.write(b"x")  # one byte every 100 ms: never finishes in time
+            await asyncio.sleep(0.1)
+            if rd.reader._buffer:  # type: ignore[attr-defined]
+                break
+        answer = await rd.read(wait_s=2)
+        assert answer.status == 408
+        assert 0.35 < loop.time() - started < 1.5
+        assert await rd.at_eof()
+
+
+async def test_idle_keep_alive_connection_is_closed() -> None:
+    """A keep-alive connection with no request for ``idle_timeout_s`` is closed by the server."""
+    async with serving(echo, idle_timeout_s=0.3) as server:
+        rd, wr = await h1_open(server.port)
+        wr.write(get())
+        assert (await rd.read()).status == 200
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert await rd.at_eof(wait_s=2)
+        assert 0.25 < loop.time() - started < 1.5
+        await asyncio.sleep(0.05)
+        assert server.connection_count == 0
+
+
+async def test_streamed_answer_arrives_chunk_by_chunk() -> None:
+    """A streamed answer reaches the client piece by piece as the handler writes it."""
+
+    async def stream(req: Request, resp: Responder) -> None:
+        resp.start(200, [(b"content-type", b"text/event-stream")])
+        for i in range(3):
+            await resp.write(b"data: %d\n\n" % i)
+            await asyncio.sleep(0.15)
+        resp.end()
+
+    async with serving(stream) as server:
+        rd, wr = await h1_open(server.port)
+        wr.write(get("/s"))
+        answer = await rd.read()
+        assert answer.header(b"transfer-encoding") == b"chunked"
+        assert answer.body == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+        times = [t for t, _ in answer.chunks]
+        assert len(times) == 3
+        assert times[1] - times[0] > 0.1 and times[2] - times[1] > 0.1
+        wr.write(get("/again"))
+        assert (await rd.read()).body == answer.body  # still keep-alive after the last chunk
+        wr.close()
+
+
+async def test_handler_sees_client_disconnect() -> None:
+    """A handler waiting on a request sees the client go away (``disconnected``, ``write`` raises)."""
+    seen: asyncio.Queue[tuple[bool, bool]] = asyncio.Queue()
+
+    async def waits(req: Request, resp: Responder) -> None:
+        await resp.wait_disconnected()
+        raised = False
+        resp.start(200, TEXT)
+        try:
+            await resp.write(b"late")
+        except ClientDisconnected:
+            raised = True
+        await seen.put((resp.disconnected, raised))
+
+    async with serving(waits) as server:
+        _rd, wr = await h1_open(server.port)
+        wr.write(get("/wait"))
+        await asyncio.sleep(0.1)
+        wr.close()
+        assert await asyncio.wait_for(seen.get(), 3) == (True, True)
+
+
+async def test_handler_exception_answers_500_and_connection_keeps_serving() -> None:
+    """A handler that raises yields a 500 envelope; the next request on the connection is served."""
+
+    async def flaky(req: Request, resp: Responder) -> None:
+        if req.path == b"/boom":
+            raise RuntimeError("bug")
+        resp.respond(200, TEXT, b"fine")
+
+    async with serving(flaky) as server:
+        rd, wr = await h1_open(server.port)
+        wr.write(get("/boom"))
+        answer = await rd.read()
+        assert answer.status == 500
+        assert answer.header(b"x-router-error-code") == b"internal_error"
+        assert json.loads(answer.body) == {
+            "error": {"type": "server_error", "code": "internal_error", "message": "internal error"}
+        }
+        wr.write(get("/ok"))
+        assert (await rd.read()).body == b"fine"
+        wr.close()
+
+
+async def test_head_request_gets_length_but_no_body() -> None:
+    """A HEAD answer carries the content-length of the GET answer and no body."""
+    async with serving(echo) as server:
+        reader, wr = await asyncio.open_connection("127.0.0.1", server.port)
+        wr.write(b"HEAD /h HTTP/1.1\r\nhost: t\r\n\r\n" + get("/after"))
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
+        assert b"content-length: 8\r\n" in head  # len(b"HEAD /h ")
+        nxt = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
+        assert nxt.startswith(b"HTTP/1.1 200 OK")
+        wr.close()
+
+
+async def test_http10_client_is_closed_after_its_answer() -> None:
+    """An HTTP/1.0 request gets its answer and the connection closes; streams are close-delimited."""
+
+    async def stream(req: Request, resp: Responder) -> None:
+        resp.start(200, TEXT)
+        await resp.write(b"one ")
+        await resp.write(b"two")
+        resp.end()
+
+    async with serving(stream) as server:
+        reader, wr = await asyncio.open_connection("127.0.0.1", server.port)
+        wr.write(b"GET / HTTP/1.0\r\n\r\n")
+        raw = await asyncio.wait_for(reader.read(), 2)
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert b"transfer-encoding" not in head and b"connection: close" in head
+        assert body == b"one two"
+
+
+async def test_drain_finishes_in_flight_requests_and_refuses_new_ones() -> None:
+    """``drain`` lets an in-flight request finish (with ``connection: close``) and stops accepting."""
+    async with serving(echo) as server:
+        rd, wr = await h1_open(server.port)
+        idle_rd, _idle_wr = await h1_open(server.port)
+        wr.write(get("/sleep/0.3"))
+        await asyncio.sleep(0.1)
+        drain = asyncio.create_task(server.drain(3))
+        answer = await rd.read()
+        assert answer.body == b"GET /sleep/0.3 "
+        assert answer.header(b"connection") == b"close"
+        assert await idle_rd.at_eof()
+        await asyncio.wait_for(drain, 3)
+        assert server.connection_count == 0
+        try:
+            await asyncio.open_connection("127.0.0.1", server.port)
+        except OSError:
+            pass
+        else:
+            raise AssertionError("a drained server still accepts connections")
