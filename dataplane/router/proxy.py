@@ -47,7 +47,15 @@ from dataplane.router.errors import (
     sse_error_event,
 )
 from dataplane.router.headers import Headers, end_to_end, without_control_chars
-from dataplane.router.metrics import BODY_INCOMPLETE, CLIENT_GONE, OK, TIMEOUT, UNREACHABLE, RouterMetrics
+from dataplane.router.metrics import (
+    BODY_INCOMPLETE,
+    CLIENT_GONE,
+    OK,
+    TIMEOUT,
+    UNREACHABLE,
+    RouterMetrics,
+    RouteStats,
+)
 from dataplane.router.probe import probe_body
 from dataplane.router.routes import JUDGED, canonical_path, split_target
 from dataplane.router.state import RouterState
@@ -91,7 +99,11 @@ class Proxy:
         self._unknown_stats = metrics.route("other")
         self._judged_stats = {path: metrics.route(path.decode()) for path in JUDGED}
 
-    async def handle(self, request: Request, responder: Responder) -> None:
+    def handle(self, request: Request, responder: Responder) -> Coroutine[Any, Any, None] | None:
+        """Answer at once (refusals, GET surface: no task) or return the forwarding coroutine.
+
+        The HTTP server runs a returned coroutine as the request's task (``dataplane.http``).
+        """
         started = perf_counter()
         path, query = split_target(request.path)
         path = canonical_path(path)
@@ -102,40 +114,46 @@ class Proxy:
             if method != b"POST":
                 status = self._error(responder, MethodNotAllowed(), _NONE)
             else:
-                status = await self._guard(
-                    responder, self._judged(request, responder, path + query, generate)
-                )
+                judged = self._judge(request, responder, generate)
+                if isinstance(judged, int):
+                    status = judged
+                else:
+                    body, group, extra, stream = judged
+                    return self._run(
+                        stats, started, request, responder, path + query, body, group, extra, stream
+                    )
         elif method == b"GET" and (endpoint := self._endpoints.get(path)) is not None:
             stats, answer = endpoint
             status = answer(responder)
         elif method == b"POST" and path.startswith(b"/v1/"):
             stats = self._other_stats
-            status = await self._guard(responder, self._unjudged(request, responder))
+            try:
+                _, group = self._group(_model_of(request.body))
+            except RouterError as err:
+                status = self._error(responder, err, _NONE)
+            else:
+                return self._run(
+                    stats, started, request, responder, request.path, request.body, group, _NONE, False
+                )
         else:
             stats = self._unknown_stats
             status = self._error(responder, RouteNotFound(), _NONE)
         stats.observe(status, perf_counter() - started)
+        return None
 
-    async def _guard(self, responder: Responder, work: Coroutine[Any, Any, int]) -> int:
-        try:
-            return await work
-        except asyncio.CancelledError:
-            if responder.disconnected:
-                # Cancelled by the disconnect sweeper: nothing to answer, nobody to answer to.
-                return CLIENT_CLOSED
-            raise
-
-    # -- the judged path --------------------------------------------------------------------
-    async def _judged(self, request: Request, responder: Responder, target: bytes, generate: bool) -> int:
+    def _judge(
+        self, request: Request, responder: Responder, generate: bool
+    ) -> int | tuple[bytes, tuple[Worker, ...], Headers, bool]:
+        """Probe, model lookup, contract (SPEC §3.3): the body to forward, or the status answered."""
         contracts = self._state.contracts
         if contracts is None:
             return self._error(responder, ContractUnavailable(), _NONE)
         extra = contracts.revision_headers
         try:
             probe = probe_body(request.body, generate=generate)
-            group = self._group(probe.model)
+            model, group = self._group(probe.model)
             body = request.body
-            compiled = contracts.for_model(group.model)
+            compiled = contracts.for_model(model)
             if compiled is not None:
                 try:
                     body = enforce(compiled, probe, body)
@@ -146,20 +164,30 @@ class Proxy:
                     raise
         except RouterError as err:
             return self._error(responder, err, extra)
-        return await self._admit(request, responder, target, body, group.workers, extra, probe.stream is True)
+        return body, group, extra, probe.stream is True
 
-    async def _unjudged(self, request: Request, responder: Responder) -> int:
+    async def _run(
+        self,
+        stats: RouteStats,
+        started: float,
+        request: Request,
+        responder: Responder,
+        target: bytes,
+        body: bytes,
+        workers: tuple[Worker, ...],
+        extra: Headers,
+        stream: bool,
+    ) -> None:
         try:
-            model = probe_body(request.body).model
-        except BadRequest:
-            model = None  # not a JSON object (e.g. an upload): routable only in a one-model fleet
-        try:
-            group = self._group(model)
-        except RouterError as err:
-            return self._error(responder, err, _NONE)
-        return await self._admit(request, responder, request.path, request.body, group.workers, _NONE, False)
+            status = await self._admit(request, responder, target, body, workers, extra, stream)
+        except asyncio.CancelledError:
+            if not responder.disconnected:
+                raise
+            # Cancelled by the disconnect sweeper: nothing to answer, nobody to answer to.
+            status = CLIENT_CLOSED
+        stats.observe(status, perf_counter() - started)
 
-    def _group(self, model: str | None) -> _Group:
+    def _group(self, model: str | None) -> tuple[str, tuple[Worker, ...]]:
         workers = self._state.workers
         if model is None:
             model = workers.sole_model
@@ -171,7 +199,7 @@ class Proxy:
         if group is None:
             shown = model if len(model) <= _MAX_MODEL_IN_MESSAGE else model[:_MAX_MODEL_IN_MESSAGE] + "…"
             raise ModelNotFound(f"no worker serves the model '{shown}'")
-        return _Group(model, group)
+        return model, group
 
     # -- admission and forwarding -----------------------------------------------------------
     async def _admit(
@@ -320,10 +348,12 @@ class Proxy:
         return err.status
 
 
-@dataclass(frozen=True, slots=True)
-class _Group:
-    model: str
-    workers: tuple[Worker, ...]
+def _model_of(body: bytes) -> str | None:
+    """The ``model`` of an unjudged body, if it is a JSON object that names one."""
+    try:
+        return probe_body(body).model
+    except BadRequest:
+        return None  # not a JSON object (e.g. an upload): routable only in a one-model fleet
 
 
 def _outcome(err: RouterError) -> str:

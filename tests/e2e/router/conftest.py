@@ -1,0 +1,60 @@
+"""Shared processes for the router end-to-end tests: engine-sims started once per module."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.fakes.engine_sim import EngineSim
+
+MODEL = "sim-model"
+
+
+@pytest.fixture(scope="module")
+def sims() -> Iterator[tuple[EngineSim, EngineSim]]:
+    """Two HTTP/1.1 engine-sims serving ``sim-model``."""
+    with EngineSim("--model", MODEL) as a, EngineSim("--model", MODEL) as b:
+        yield a, b
+
+
+def post(
+    url: str,
+    path: str,
+    body: bytes | dict[str, Any],
+    headers: dict[str, str] | None = None,
+    timeout_s: float = 10.0,
+) -> tuple[int, dict[str, str], bytes]:
+    """POST over a fresh HTTP/1.1 connection: (status, lower-cased headers, body)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
+    try:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        conn.request("POST", path, data, {"content-type": "application/json", **(headers or {})})
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def chat(model: str = MODEL, **fields: Any) -> dict[str, Any]:
+    """A small chat body with extra top-level fields."""
+    return {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, **fields}
+
+
+def engine_read(headers: dict[str, str]) -> dict[str, Any]:
+    """What the engine read for the eight sampling fields (engine-sim's x-sim-sampling-params)."""
+    return json.loads(headers["x-sim-sampling-params"])  # type: ignore[no-any-return]
+
+
+def error_of(status: int, headers: dict[str, str], body: bytes) -> tuple[int, str, dict[str, Any]]:
+    """(status, x-router-error-code, the envelope's error object) of an error answer."""
+    envelope = json.loads(body)
+    assert set(envelope) == {"error"}
+    err = envelope["error"]
+    assert err["type"] == ("invalid_request_error" if status < 500 else "server_error")
+    assert headers.get("x-router-error-code") == err["code"]
+    return status, err["code"], err
