@@ -42,6 +42,10 @@ class _Retryable(DiscoveryError):
     """A network error or a 5xx: worth another attempt."""
 
 
+class Unreachable(DiscoveryError):
+    """Every attempt failed with a network error or a 5xx: asking again now is pointless."""
+
+
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
     """What ``/server_info`` says about a worker."""
@@ -138,12 +142,17 @@ class Discoverer:
         topic = LOAD_TOPIC
         models: tuple[str, ...] = ()
         errors: list[str] = []
+        unreachable = False
         if want_endpoints or forced is Protocol.AUTO:
             try:
                 body, spoke_h2c = await self._get_json(worker, "/server_info", h2c_first)
                 info = parse_server_info(body, worker)
             except DiscoveryError as exc:
-                errors.append(str(exc))
+                unreachable = isinstance(exc, Unreachable)
+                if forced is Protocol.AUTO:
+                    errors.append(f"protocol AUTO assumed HTTP/1.1: {exc}")
+                else:
+                    errors.append(str(exc))
             else:
                 if forced is Protocol.AUTO:
                     resolved = Protocol.H2C if info.http2 or spoke_h2c else Protocol.HTTP1
@@ -152,7 +161,7 @@ class Discoverer:
                     endpoints, topic = info.load_endpoints, info.load_topic
                     if info.load_reason:
                         errors.append(info.load_reason)
-        if want_models:
+        if want_models and not unreachable:
             try:
                 body, _ = await self._get_json(worker, "/v1/models", h2c_first)
                 models = parse_models(body)
@@ -175,7 +184,7 @@ class Discoverer:
                     raise DiscoveryError(f"GET {worker.url}{path}: not JSON ({exc})") from None
             except _Retryable as exc:
                 if attempt == self._attempts:
-                    raise DiscoveryError(f"{exc} (after {attempt} attempts)") from None
+                    raise Unreachable(f"{exc} (after {attempt} attempts)") from None
             await self._sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")

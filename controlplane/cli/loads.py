@@ -1,0 +1,160 @@
+"""``fleetplane loads [--watch]`` (SPEC §1, §6 GetLoads/WatchLoads): worker load at a glance.
+
+One row per worker: freshness, running and waiting requests, a KV-cache bar, the age of the
+oldest rank's last frame, and the frame accounting (dropped, restarts, malformed).
+``--watch`` follows WatchLoads and redraws in place (at least once a second, so ages move)
+until Ctrl-C; with ``--output json`` it prints each stream message as one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import sys
+import threading
+import time
+from collections.abc import Iterable
+
+import grpc
+from google.protobuf import json_format
+
+from controlplane.cli.client import (
+    CommandError,
+    ControlPlaneClient,
+    add_connection_arguments,
+    describe_rpc_error,
+    message_json,
+    table,
+)
+from controlplane.v1 import load_pb2, load_pb2_grpc
+
+FRESHNESS = {
+    load_pb2.FRESHNESS_FRESH: "FRESH",
+    load_pb2.FRESHNESS_STALE: "STALE",
+    load_pb2.FRESHNESS_UNKNOWN: "UNKNOWN",
+}
+BAR_WIDTH = 10
+REDRAW_S = 1.0
+CLEAR = "\x1b[H\x1b[2J"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--watch", action="store_true", help="follow WatchLoads and refresh until Ctrl-C")
+    add_connection_arguments(parser)
+
+
+def bar(used: int, capacity: int) -> str:
+    """``[####......]  40%`` of KV tokens used; ``-`` when the capacity is unknown."""
+    if capacity <= 0:
+        return "-"
+    share = min(1.0, max(0.0, used / capacity))
+    filled = round(share * BAR_WIDTH)
+    return f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {share:4.0%}"
+
+
+def render(workers: Iterable[load_pb2.WorkerLoad], extra_age_s: float = 0.0) -> str:
+    """The load table; ``extra_age_s`` is the time since the view was built (for --watch)."""
+    rows = []
+    for w in sorted(workers, key=lambda w: w.url):
+        known = w.freshness != load_pb2.FRESHNESS_UNKNOWN or any(r.frames_received for r in w.ranks)
+        rows.append(
+            (
+                w.url,
+                FRESHNESS.get(w.freshness, "?"),
+                w.num_running_reqs,
+                w.num_waiting_reqs,
+                bar(w.num_tokens, w.max_total_num_tokens),
+                f"{w.num_tokens}/{w.max_total_num_tokens}",
+                f"{w.age_s + extra_age_s:.1f}s" if known else "-",
+                len(w.ranks),
+                sum(r.dropped_frames for r in w.ranks),
+                sum(r.publisher_restarts for r in w.ranks),
+                sum(r.malformed_frames for r in w.ranks),
+            )
+        )
+    if not rows:
+        return "no workers registered"
+    headers = (
+        "worker",
+        "freshness",
+        "running",
+        "waiting",
+        "kv cache",
+        "kv tokens",
+        "age",
+        "ranks",
+        "dropped",
+        "restarts",
+        "malformed",
+    )
+    return table(headers, rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        with ControlPlaneClient.from_args(args) as client:
+            stub = load_pb2_grpc.LoadServiceStub(client.channel)
+            if args.watch:
+                return _watch(args, client, stub)
+            loads = client.call(stub.GetLoads, load_pb2.GetLoadsRequest())
+            print(message_json(loads) if args.output == "json" else render(loads.workers))
+    except CommandError as exc:
+        return exc.report("loads")
+    return 0
+
+
+def _watch(args: argparse.Namespace, client: ControlPlaneClient, stub: load_pb2_grpc.LoadServiceStub) -> int:
+    call = stub.WatchLoads(load_pb2.WatchLoadsRequest(router_id=""), metadata=client.metadata)
+    inbox: queue.Queue[load_pb2.WatchLoadsResponse | grpc.RpcError | None] = queue.Queue()
+
+    def pump() -> None:
+        # The stream is read on a thread so the main thread can redraw on a timer and
+        # take Ctrl-C; only the newest state matters, the queue holds what arrived meanwhile.
+        try:
+            for message in call:
+                inbox.put(message)
+            inbox.put(None)
+        except grpc.RpcError as exc:
+            inbox.put(exc)
+
+    threading.Thread(target=pump, name="watch-loads", daemon=True).start()
+    view: dict[str, load_pb2.WorkerLoad] = {}
+    built_at = time.monotonic()
+    try:
+        while True:
+            try:
+                item = inbox.get(timeout=REDRAW_S)
+            except queue.Empty:
+                item = _NOTHING
+            if item is None:
+                raise CommandError("the control plane closed the stream")
+            if isinstance(item, grpc.RpcError):
+                if isinstance(item, grpc.Call) and item.code() == grpc.StatusCode.CANCELLED:
+                    return 0
+                raise CommandError(describe_rpc_error(item, client.target))
+            if item is not _NOTHING:
+                assert isinstance(item, load_pb2.WatchLoadsResponse)
+                if args.output == "json":
+                    print(json_format.MessageToJson(item, indent=None), flush=True)
+                    continue
+                if item.full:
+                    view = {}
+                view.update((w.url, w) for w in item.workers)
+                for url in item.removed_urls:
+                    view.pop(url, None)
+                built_at = time.monotonic()
+            if args.output != "json":
+                stamp = time.strftime("%H:%M:%S")
+                sys.stdout.write(
+                    f"{CLEAR}fleetplane loads --watch  {client.target}  {stamp}  (Ctrl-C to stop)\n\n"
+                    f"{render(view.values(), time.monotonic() - built_at)}\n"
+                )
+                sys.stdout.flush()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        call.cancel()
+
+
+# A sentinel for "no message within the redraw interval" (None means the stream ended).
+_NOTHING = load_pb2.WatchLoadsResponse()

@@ -1,0 +1,115 @@
+"""``fleetplane workers list|add|remove`` (SPEC §1, §6 RegisterWorker/DeregisterWorker/ListWorkers).
+
+``add URL`` without ``--load-endpoint`` lets the control plane discover the endpoints (and,
+without ``--model``, the models) from the worker's ``/server_info`` and ``/v1/models``;
+``--protocol auto`` resolves HTTP/1.1 or h2c from ``enable_http2``. Errors print the server's
+message (it names the field) and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from controlplane.cli.client import (
+    CommandError,
+    ControlPlaneClient,
+    add_connection_arguments,
+    message_json,
+    table,
+)
+from controlplane.v1 import load_pb2, load_pb2_grpc
+
+PROTOCOLS = {
+    "auto": load_pb2.WORKER_PROTOCOL_AUTO,
+    "http1": load_pb2.WORKER_PROTOCOL_HTTP1,
+    "h2c": load_pb2.WORKER_PROTOCOL_H2C,
+}
+PROTOCOL_NAMES = {
+    load_pb2.WORKER_PROTOCOL_UNSPECIFIED: "auto",
+    load_pb2.WORKER_PROTOCOL_AUTO: "auto",
+    load_pb2.WORKER_PROTOCOL_HTTP1: "http1",
+    load_pb2.WORKER_PROTOCOL_H2C: "h2c",
+}
+# Discovery may retry two GETs (3 attempts of 2 s each, SPEC §6): give `add` room for that.
+ADD_MIN_TIMEOUT_S = 30.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    add_connection_arguments(sub.add_parser("list", help="registered workers"))
+    add = sub.add_parser("add", help="register a worker (or replace its registration)")
+    add.add_argument("url", metavar="URL", help="http://HOST:PORT or h2c://HOST:PORT")
+    add.add_argument("--protocol", choices=tuple(PROTOCOLS), default="auto")
+    add.add_argument(
+        "--load-endpoint",
+        action="append",
+        default=[],
+        metavar="tcp://HOST:PORT",
+        help="load publisher of dp rank 0, 1, ... (repeat); default: discovered from /server_info",
+    )
+    add.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="served model (repeat); default: /v1/models",
+    )
+    add_connection_arguments(add)
+    remove = sub.add_parser("remove", help="deregister a worker")
+    remove.add_argument("url", metavar="URL")
+    add_connection_arguments(remove)
+
+
+def render(workers: list[load_pb2.Worker]) -> str:
+    if not workers:
+        return "no workers registered"
+    rows = []
+    for w in workers:
+        asked = PROTOCOL_NAMES.get(w.protocol, "?")
+        resolved = PROTOCOL_NAMES.get(w.resolved_protocol, "?")
+        protocol = resolved if asked == resolved else f"{resolved} ({asked})"
+        endpoints = ", ".join(w.load_endpoints) or "-"
+        source = "discovered" if w.discovered else "explicit"
+        registered = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(w.register_time.seconds))
+        rows.append(
+            (
+                w.url,
+                protocol,
+                ", ".join(w.models) or "-",
+                w.dp_size,
+                f"{endpoints} ({source})",
+                registered,
+                w.discovery_error,
+            )
+        )
+    headers = ("url", "protocol", "models", "ranks", "load endpoints", "registered (utc)")
+    if any(w.discovery_error for w in workers):
+        return table((*headers, "discovery error"), rows)
+    return table(headers, [row[:-1] for row in rows])
+
+
+def run(args: argparse.Namespace) -> int:
+    command = f"workers {args.action}"
+    try:
+        with ControlPlaneClient.from_args(args) as client:
+            stub = load_pb2_grpc.LoadServiceStub(client.channel)
+            if args.action == "list":
+                listed = client.call(stub.ListWorkers, load_pb2.ListWorkersRequest())
+                print(message_json(listed) if args.output == "json" else render(list(listed.workers)))
+            elif args.action == "add":
+                client.timeout_s = max(client.timeout_s, ADD_MIN_TIMEOUT_S)
+                request = load_pb2.RegisterWorkerRequest(
+                    url=args.url,
+                    protocol=PROTOCOLS[args.protocol],
+                    models=args.model,
+                    load_endpoints=args.load_endpoint,
+                )
+                added = client.call(stub.RegisterWorker, request)
+                print(message_json(added) if args.output == "json" else render([added.worker]))
+            else:
+                removed = client.call(stub.DeregisterWorker, load_pb2.DeregisterWorkerRequest(url=args.url))
+                print(message_json(removed) if args.output == "json" else f"removed {args.url}")
+    except CommandError as exc:
+        return exc.report(command)
+    return 0
