@@ -52,7 +52,7 @@ def _alive(pid: int) -> bool:
 class Up:
     def __init__(self, workdir: Path) -> None:
         self.router_port, self.control_port, self.http_port = _free_port(), _free_port(), _free_port()
-        self.out = workdir / "up.out"
+        self.out = workdir.parent / f"up-{self.router_port}.out"
         self._out = self.out.open("wb")
         self.proc = subprocess.Popen(
             [
