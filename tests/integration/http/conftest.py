@@ -97,7 +97,7 @@ class H1Reader:
         return self.done.pop(0)
 
     async def at_eof(self, wait_s: float = 5.0) -> bool:
-        """True if the server closes the connection (without sending more) within ``timeout``."""
+        """True if the server closes the connection (without sending more) within ``wait_s``."""
         async with asyncio.timeout(wait_s):
             try:
                 data = await self.reader.read(65536)
@@ -253,6 +253,10 @@ class H2Client:
             self.settings_acked.set()
         elif isinstance(ev, h2.events.ConnectionTerminated):
             self.terminated = ev
+            if ev.error_code == 0:
+                # python-h2 treats every GOAWAY as terminal, but RFC 9113 §6.8 lets the streams up to
+                # last_stream_id finish: reopen the state machine to observe them as real clients do.
+                self.conn.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
 
     async def response(self, sid: int, wait_s: float = 5.0) -> H2Stream:
         st = self.streams[sid]
