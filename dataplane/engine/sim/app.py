@@ -37,7 +37,9 @@ from dataplane.http.request import ClientDisconnected, Request, Responder
 
 SAMPLING_HEADER = b"x-sim-sampling-params"
 M = TypeVar("M", bound=BaseModel)
-Route = Callable[[Request, Responder], Awaitable[None]]
+# A route answers synchronously (returns None: no task, the rate-0 hot path) or returns the
+# coroutine that finishes the answer (streams, paced decoding), which the server runs as a task.
+Route = Callable[[Request, Responder], Awaitable[None] | None]
 _NOT_FOUND = r.encode({"detail": "Not Found"})
 _NOT_ALLOWED = r.encode({"detail": "Method Not Allowed"})
 _DEFAULT_SAMPLING = SamplingParams()
@@ -59,7 +61,7 @@ class Job:
 
 
 class SimApp:
-    """The request handler given to ``dataplane.http`` (``await app(request, responder)``)."""
+    """The request handler given to ``dataplane.http`` (``app(request, responder)``)."""
 
     def __init__(self, ranks: list[SimRank], *, model: str, info: dict[str, Any], model_path: str) -> None:
         self._picker = RankPicker(ranks)
@@ -106,7 +108,7 @@ class SimApp:
         self._routes[b"/server_info"] = (b"GET", self._static(body))
         self._routes[b"/get_server_info"] = (b"GET", self._static(body))
 
-    async def __call__(self, request: Request, responder: Responder) -> None:
+    def __call__(self, request: Request, responder: Responder) -> Awaitable[None] | None:
         path = request.path
         query = path.find(b"?")
         if query >= 0:
@@ -117,13 +119,14 @@ class SimApp:
         elif request.method != route[0]:
             responder.respond(405, [*r.JSON_HEADERS, (b"allow", route[0])], _NOT_ALLOWED)
         else:
-            await route[1](request, responder)
+            return route[1](request, responder)
+        return None
 
     @staticmethod
     def _static(body: bytes) -> Route:
         headers = r.JSON_HEADERS if body else []
 
-        async def answer(_request: Request, responder: Responder) -> None:
+        def answer(_request: Request, responder: Responder) -> None:
             responder.respond(200, headers, body)
 
         return answer
@@ -151,21 +154,20 @@ class SimApp:
         values: dict[str, Any], stream: bool, responder: Responder
     ) -> list[tuple[bytes, bytes]] | None:
         """Answer headers with the sampling header; None (after a 400) when verify fails."""
-        extra = (SAMPLING_HEADER, r.sampling_header(values))
-        problem = verify_sampling(values)
-        if problem is not None:
-            responder.respond(400, [*r.JSON_HEADERS, extra], r.openai_error(problem))
+        reading = _reading(values)
+        if reading.problem is not None:
+            responder.respond(400, reading.error_headers, r.openai_error(reading.problem))
             return None
-        return [*(r.SSE_HEADERS if stream else r.JSON_HEADERS), extra]
+        return reading.sse_headers if stream else reading.json_headers
 
     # -- endpoints --------------------------------------------------------------------------
-    async def _chat(self, request: Request, responder: Responder) -> None:
+    def _chat(self, request: Request, responder: Responder) -> Awaitable[None] | None:
         req = self._parse(request.body, ChatCompletionRequest, responder)
         if req is None:
-            return
+            return None
         headers = self._checked(sampling_values(req), req.stream, responder)
         if headers is None:
-            return
+            return None
         cap = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         include_usage = req.stream_options is not None and req.stream_options.include_usage
         job = Job(
@@ -179,15 +181,15 @@ class SimApp:
             include_usage,
             headers,
         )
-        await self._serve(job, responder)
+        return self._serve(job, responder)
 
-    async def _completion(self, request: Request, responder: Responder) -> None:
+    def _completion(self, request: Request, responder: Responder) -> Awaitable[None] | None:
         req = self._parse(request.body, CompletionRequest, responder)
         if req is None:
-            return
+            return None
         headers = self._checked(sampling_values(req), req.stream, responder)
         if headers is None:
-            return
+            return None
         batch = (
             len(req.prompt)
             if isinstance(req.prompt, list) and req.prompt and not isinstance(req.prompt[0], int)
@@ -205,20 +207,20 @@ class SimApp:
             include_usage,
             headers,
         )
-        await self._serve(job, responder)
+        return self._serve(job, responder)
 
-    async def _generate(self, request: Request, responder: Responder) -> None:
+    def _generate(self, request: Request, responder: Responder) -> Awaitable[None] | None:
         req = self._parse(request.body, GenerateRequest, responder)
         if req is None:
-            return
+            return None
         params = req.sampling_params if req.sampling_params is not None else _DEFAULT_SAMPLING
         headers = self._checked(sampling_values(params), req.stream, responder)
         if headers is None:
-            return
+            return None
         if req.text is None and req.input_ids is None:
             message = "Either text, input_ids or input_embeds should be provided."
             responder.respond(400, [*r.JSON_HEADERS, headers[-1]], r.openai_error(message))
-            return
+            return None
         job = Job(
             "generate",
             self._model,
@@ -230,17 +232,14 @@ class SimApp:
             False,
             headers,
         )
-        await self._serve(job, responder)
+        return self._serve(job, responder)
 
     # -- the simulated generation -----------------------------------------------------------
-    async def _serve(self, job: Job, responder: Responder) -> None:
+    def _serve(self, job: Job, responder: Responder) -> Awaitable[None] | None:
         if job.max_new_tokens < 0:
-            responder.respond(
-                400,
-                [*r.JSON_HEADERS, job.headers[-1]],
-                r.openai_error(f"max_tokens must be at least 0, got {job.max_new_tokens}."),
-            )
-            return
+            message = f"max_tokens must be at least 0, got {job.max_new_tokens}."
+            responder.respond(400, [*r.JSON_HEADERS, job.headers[-1]], r.openai_error(message))
+            return None
         rank = self._picker.pick()
         progress = Progress()
         sim = SimRequest(job.prompt_tokens, job.max_new_tokens, job.choices, on_progress=progress)
@@ -248,13 +247,19 @@ class SimApp:
             rank.submit(sim)
         except CapacityError as exc:
             responder.respond(400, [*r.JSON_HEADERS, job.headers[-1]], r.openai_error(str(exc)))
-            return
+            return None
         if job.stream:
-            await self._stream(job, sim, rank, progress, responder)
-            return
-        if not sim.finished and not await _wait_finished(sim, rank, progress, responder):
-            return
-        responder.respond(200, job.headers, _full_body(job, sim.generated))
+            return self._stream(job, sim, rank, progress, responder)
+        if sim.finished:  # instant decode: answered without a task
+            responder.respond(200, job.headers, _full_body(job, sim.generated))
+            return None
+        return self._respond_when_finished(job, sim, rank, progress, responder)
+
+    async def _respond_when_finished(
+        self, job: Job, sim: SimRequest, rank: SimRank, progress: Progress, responder: Responder
+    ) -> None:
+        if await _wait_finished(sim, rank, progress, responder):
+            responder.respond(200, job.headers, _full_body(job, sim.generated))
 
     async def _stream(
         self, job: Job, sim: SimRequest, rank: SimRank, progress: Progress, responder: Responder
@@ -276,6 +281,39 @@ class SimApp:
             rank.abort(sim)
             return
         responder.end()
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """What one combination of sampling values means: verify's verdict and the answer headers."""
+
+    problem: str | None
+    json_headers: list[tuple[bytes, bytes]]
+    sse_headers: list[tuple[bytes, bytes]]
+    error_headers: list[tuple[bytes, bytes]]
+
+
+_readings: dict[tuple[Any, ...], _Reading] = {}
+_READINGS_MAX = 1024
+
+
+def _reading(values: dict[str, Any]) -> _Reading:
+    """Cached by value tuple: each position has one type after validation (float, int or None),
+    so equal tuples read alike, and most traffic repeats a handful of settings."""
+    key = tuple(values.values())
+    reading = _readings.get(key)
+    if reading is None:
+        extra = (SAMPLING_HEADER, r.sampling_header(values))
+        reading = _Reading(
+            verify_sampling(values),
+            [*r.JSON_HEADERS, extra],
+            [*r.SSE_HEADERS, extra],
+            [*r.JSON_HEADERS, extra],
+        )
+        if len(_readings) >= _READINGS_MAX:
+            _readings.clear()
+        _readings[key] = reading
+    return reading
 
 
 async def _wait_finished(sim: SimRequest, rank: SimRank, progress: Progress, responder: Responder) -> bool:

@@ -7,6 +7,7 @@ one word per simulated token. Pure: values in, bytes out.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -57,6 +58,7 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{_ID_PREFIX}{next(_ids):x}"
 
 
+@functools.lru_cache(maxsize=4096)
 def token_text(start: int, stop: int) -> str:
     """The text of generated tokens ``start .. stop-1`` (each a leading space and a word)."""
     return "".join(" " + WORDS[i % len(WORDS)] for i in range(start, stop))

@@ -79,6 +79,17 @@ class SimScheduler:
                 f"({request.n} x {request.max_new_tokens}) is longer than the KV pool "
                 f"({self.max_total_tokens} tokens)."
             )
+        if (
+            self.decode_tokens_per_s <= 0
+            and not self.waiting
+            and len(self.running) < self.max_running_requests
+            and self._reserved + request.reserved_tokens <= self.max_total_tokens
+        ):
+            # Instant decode with room to spare (the benchmark path): done without queueing.
+            request.started_at = now
+            request.generated = request.max_new_tokens
+            request.finished = True
+            return
         self.waiting.append(request)
         self._admit(now)
 
