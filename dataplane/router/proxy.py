@@ -189,11 +189,11 @@ class Proxy:
 
     def _group(self, model: str | None) -> tuple[str, tuple[Worker, ...]]:
         workers = self._state.workers
+        if not workers.models:
+            raise NoHealthyWorkers()  # no worker at all: nothing could take any model
         if model is None:
             model = workers.sole_model
             if model is None:
-                if not workers.models:
-                    raise NoHealthyWorkers()
                 raise BadRequest("model is required: this router serves several models")
         group = workers.by_model.get(model)
         if group is None:
