@@ -1,0 +1,126 @@
+"""What the router takes from the control plane: snapshots, registry entries, load views, backoff."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from controlplane.contracts import Band, ConflictPolicy, ContractError, Exact
+from controlplane.v1 import contract_pb2, load_pb2
+from dataplane.router.subscription import (
+    Backoff,
+    EngineLoad,
+    LoadViews,
+    check_target,
+    engine_load,
+    snapshot_contracts,
+    worker_specs,
+)
+from dataplane.router.workers import WorkerSpec
+
+
+def _contract(scope: str, **params: contract_pb2.ParamSpec) -> contract_pb2.Contract:
+    return contract_pb2.Contract(scope=scope, params=params, conflict=contract_pb2.CONFLICT_POLICY_REJECT)
+
+
+def test_snapshot_converts_every_scope() -> None:
+    """A snapshot becomes one validated contract per scope, integral fields as integers."""
+    snapshot = contract_pb2.WatchContractsResponse(
+        revision=9,
+        contracts=[
+            _contract("*", temperature=contract_pb2.ParamSpec(exact=1.0)),
+            _contract(
+                "llama",
+                top_k=contract_pb2.ParamSpec(band=contract_pb2.Band(min=1, max=50, default=40)),
+            ),
+        ],
+    )
+    contracts = snapshot_contracts(snapshot)
+    assert contracts["*"].params == {"temperature": Exact(1.0)}
+    assert contracts["*"].conflict is ConflictPolicy.REJECT
+    band = contracts["llama"].params["top_k"]
+    assert band == Band(1, 50, 40) and isinstance(band, Band) and isinstance(band.default, int)
+
+
+def test_empty_snapshot_means_no_contracts() -> None:
+    """A snapshot with no scopes converts to an empty set (requests are not judged)."""
+    assert snapshot_contracts(contract_pb2.WatchContractsResponse(revision=3)) == {}
+
+
+def test_invalid_snapshot_is_refused_naming_scope_and_field() -> None:
+    """A contract outside the §2 domain is refused with the scope and the field in the message."""
+    snapshot = contract_pb2.WatchContractsResponse(
+        revision=2, contracts=[_contract("llama", top_p=contract_pb2.ParamSpec(exact=1.5))]
+    )
+    with pytest.raises(ContractError, match=r"scope 'llama'.*top_p"):
+        snapshot_contracts(snapshot)
+
+
+def test_a_scope_sent_twice_is_refused() -> None:
+    """Two contracts for one scope in one snapshot is refused rather than one silently winning."""
+    one = _contract("*", n=contract_pb2.ParamSpec(exact=1))
+    with pytest.raises(ContractError, match="twice"):
+        snapshot_contracts(contract_pb2.WatchContractsResponse(revision=1, contracts=[one, one]))
+
+
+def test_worker_protocol_follows_the_resolved_protocol_or_the_url() -> None:
+    """Resolved H2C or an h2c:// URL means h2c; everything else HTTP/1.1; bad URLs are skipped."""
+    specs, errors = worker_specs(
+        [
+            load_pb2.Worker(
+                url="http://127.0.0.1:9001", resolved_protocol=load_pb2.WORKER_PROTOCOL_HTTP1, models=["m"]
+            ),
+            load_pb2.Worker(
+                url="http://127.0.0.1:9002", resolved_protocol=load_pb2.WORKER_PROTOCOL_H2C, models=["m"]
+            ),
+            load_pb2.Worker(url="h2c://127.0.0.1:9003", models=["a", "b"]),
+            load_pb2.Worker(url="ftp://nope", models=["m"]),
+        ]
+    )
+    assert specs == [
+        WorkerSpec("http://127.0.0.1:9001", "http1", ("m",)),
+        WorkerSpec("http://127.0.0.1:9002", "h2c", ("m",)),
+        WorkerSpec("h2c://127.0.0.1:9003", "h2c", ("a", "b")),
+    ]
+    assert len(errors) == 1 and "ftp://nope" in errors[0]
+
+
+def test_engine_load_counts_only_while_fresh() -> None:
+    """FRESH views are marked fresh; STALE and UNKNOWN are not."""
+    fresh = load_pb2.WorkerLoad(
+        url="u", num_running_reqs=3, num_waiting_reqs=2, freshness=load_pb2.FRESHNESS_FRESH
+    )
+    stale = load_pb2.WorkerLoad(url="u", num_running_reqs=3, freshness=load_pb2.FRESHNESS_STALE)
+    assert engine_load(fresh) == EngineLoad(3, 2, True)
+    assert engine_load(stale).fresh is False
+
+
+def test_load_views_fold_full_then_deltas() -> None:
+    """A full message replaces the view; deltas update changed workers and drop removed ones."""
+    views = LoadViews()
+    w = load_pb2.WorkerLoad
+    views.fold(load_pb2.WatchLoadsResponse(full=True, workers=[w(url="a", num_running_reqs=1), w(url="b")]))
+    named = views.fold(
+        load_pb2.WatchLoadsResponse(workers=[w(url="a", num_running_reqs=5)], removed_urls=["b"])
+    )
+    assert named == {"a", "b"}
+    assert list(views.views) == ["a"] and views.views["a"].running == 5
+    views.fold(load_pb2.WatchLoadsResponse(full=True, workers=[w(url="c")]))
+    assert list(views.views) == ["c"]
+
+
+def test_backoff_grows_with_jitter_up_to_the_cap_and_resets() -> None:
+    """Delays double (jittered in [ceiling/2, ceiling]) up to the cap; reset starts over."""
+    backoff = Backoff(0.1, 1.0, random.Random(7))
+    delays = [backoff.next_delay_s() for _ in range(8)]
+    ceilings = [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0]
+    assert all(c / 2 <= d <= c for d, c in zip(delays, ceilings, strict=True))
+    backoff.reset()
+    assert backoff.next_delay_s() <= 0.1
+
+
+@pytest.mark.parametrize("target", ["127.0.0.1:50051", "[::1]:50051", "cp.internal:443"])
+def test_good_targets_pass(target: str) -> None:
+    """HOST:PORT targets, IPv6 in brackets, are accepted as given."""
+    assert check_target(target) == target
