@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 
 import grpc
@@ -304,12 +304,28 @@ class ControlPlaneClient:
             state = self._channel.get_state(try_to_connect=True)
 
 
-def control_settings(target: str, router_id: str, token: str | None, tls_ca: str | None) -> ControlSettings:
+def control_settings(
+    target: str, router_id: str, token: str | None, tls_ca: str | Path | None
+) -> ControlSettings:
     """Checked settings from the router's flags; ControlConfigError names the flag."""
     check_target(target)
     if token is not None and (not token or not token.isprintable() or " " in token):
         raise ControlConfigError("--token: must be a non-empty printable string without spaces")
     ca = Path(tls_ca) if tls_ca else None
     if ca is not None and not ca.is_file():
-        raise ControlConfigError(f"--tls-ca {tls_ca!r}: no such file")
+        raise ControlConfigError(f"--tls-ca {str(ca)!r}: no such file")
     return ControlSettings(target=target, router_id=router_id, token=token or None, tls_ca=ca)
+
+
+@contextlib.asynccontextmanager
+async def subscription(settings: ControlSettings, target: ControlTarget) -> AsyncIterator[ControlPlaneClient]:
+    """Run the client in a task for the duration of the block; on exit it sends a last report."""
+    client = ControlPlaneClient(settings, target)
+    task = asyncio.create_task(client.run(), name="control-plane-client")
+    try:
+        yield client
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await client.close()
