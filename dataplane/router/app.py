@@ -18,12 +18,14 @@ import structlog
 from dataplane.http import HttpServer, ServerLimits, start_server
 from dataplane.router.admission import Admission
 from dataplane.router.balancer import Balancer
+from dataplane.router.control import control_settings, subscription
 from dataplane.router.disconnects import DisconnectSweeper
 from dataplane.router.discovery import DiscoveryError, discover
 from dataplane.router.metrics import RouterMetrics
 from dataplane.router.proxy import Proxy, ProxyConfig
 from dataplane.router.settings import RouterSettings
 from dataplane.router.state import RouterState
+from dataplane.router.subscription import ControlConfigError
 from dataplane.router.workers import Worker, WorkerSpec, WorkerUrlError
 
 log = structlog.get_logger(__name__)
@@ -100,10 +102,24 @@ class Router:
 async def serve(settings: RouterSettings) -> int:
     """Run one router process until SIGTERM/SIGINT; 0 on a clean stop, 2 on a startup error."""
     if settings.control_plane is not None:
-        # The control-plane client (dataplane/router/control.py) plugs in here: build a
-        # RouterState(contracts=None), start the client against it, then start the Router.
-        print("fleetplane router: --control-plane: not built yet", file=sys.stderr, flush=True)
-        return 2
+        # Workers, contracts and load come from the control plane (SPEC §1): start with no
+        # contract snapshot (judged requests get contract_unavailable until the first arrives).
+        try:
+            control = control_settings(
+                settings.control_plane, settings.router_id, settings.token, settings.tls_ca
+            )
+        except ControlConfigError as exc:
+            print(f"fleetplane router: {exc}", file=sys.stderr, flush=True)
+            return 2
+        router = Router(settings, RouterState())
+        try:
+            port = await router.start()
+        except StartupError as exc:
+            print(f"fleetplane router: {exc}", file=sys.stderr, flush=True)
+            await router.stop(0)
+            return 2
+        async with subscription(control, router.state):
+            return await _serve_until_signal(router, settings, port)
     router = Router(settings)
     try:
         await router.register_workers()
@@ -114,6 +130,10 @@ async def serve(settings: RouterSettings) -> int:
         return 2
     if not settings.workers:
         log.warning("no --worker given: every request will be answered no_healthy_workers")
+    return await _serve_until_signal(router, settings, port)
+
+
+async def _serve_until_signal(router: Router, settings: RouterSettings, port: int) -> int:
     host = f"[{settings.listen_host}]" if ":" in settings.listen_host else settings.listen_host
     print(f"router listening on http://{host}:{port}", flush=True)
     log.info("router started", port=port, workers=len(settings.workers), policy=settings.policy.value)
