@@ -1,0 +1,81 @@
+"""Rank loop ticks drive the real publisher; requests go to the least loaded rank."""
+
+from __future__ import annotations
+
+from controlplane.load.wire import decode_frame
+from dataplane.engine.publisher import LoadPublisher
+from dataplane.engine.sim.ranks import RankPicker, SimRank
+from dataplane.engine.sim.scheduler import SimRequest, SimScheduler
+
+
+class FakeSocket:
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, bytes, bytes]] = []
+
+    def send_multipart(self, msg_parts: tuple[bytes, bytes, bytes], flags: int = 0) -> None:
+        self.sent.append(msg_parts)
+
+    def close(self, linger: int | None = None) -> None:
+        pass
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_rank(rank: int = 0, rate: float = 10.0) -> tuple[SimRank, FakeSocket, Clock]:
+    sock, clock = FakeSocket(), Clock()
+    sched = SimScheduler(max_running_requests=1, max_total_tokens=1000, decode_tokens_per_s=rate)
+    pub = LoadPublisher(sock, attn_dp_rank=rank, clock=clock)
+    return SimRank(rank, sched, pub, tick_s=0.005, clock=clock), sock, clock
+
+
+def stats(sock: FakeSocket) -> list[tuple[int, int, int]]:
+    return [(s.num_running_reqs, s.num_waiting_reqs, s.num_tokens) for _, s in map(decode_frame, sock.sent)]
+
+
+def test_load_changes_are_published_on_the_next_tick() -> None:
+    """A request arriving or finishing is on the wire after one tick, not five."""
+    rank, sock, clock = make_rank()
+    rank.tick()  # first stat goes out at once
+    rank.submit(SimRequest(prompt_tokens=4, max_new_tokens=2))
+    rank.submit(SimRequest(prompt_tokens=4, max_new_tokens=2))
+    clock.now = 0.005
+    rank.tick()
+    clock.now = 0.2  # the first finished; the second was admitted
+    rank.tick()
+    clock.now = 0.4
+    rank.tick()
+    assert stats(sock) == [(0, 0, 0), (1, 1, 4), (1, 0, 4), (0, 0, 0)]
+
+
+def test_idle_rank_heartbeats_once_per_second() -> None:
+    """An idle rank ticking every 5 ms sends its unchanged stat once per second."""
+    rank, sock, clock = make_rank()
+    for i in range(700):  # 3.5 s
+        clock.now = i * 0.005
+        rank.tick()
+    assert len(sock.sent) == 4
+    assert [int.from_bytes(f[1], "big") for f in sock.sent] == [0, 1, 2, 3]
+
+
+def test_picker_prefers_the_least_loaded_rank_round_robin_on_ties() -> None:
+    """Ties rotate across ranks; a busier rank is skipped."""
+    ranks = [make_rank(i)[0] for i in range(3)]
+    picker = RankPicker(ranks)
+    assert [picker.pick().rank for _ in range(3)] == [0, 1, 2]
+    ranks[0].submit(SimRequest(prompt_tokens=1, max_new_tokens=5))
+    # the rotation starts at 0, 1, 2; rank 0 is busy so it is passed over for the next idle one
+    assert [picker.pick().rank for _ in range(3)] == [1, 1, 2]
+
+
+def test_abort_through_the_rank_frees_the_slot() -> None:
+    """Aborting a running request frees its slot at the rank's clock."""
+    rank, _, _ = make_rank()
+    req = SimRequest(prompt_tokens=1, max_new_tokens=5)
+    rank.submit(req)
+    rank.abort(req)
+    assert rank.scheduler.counts()[:3] == (0, 0, 0)
