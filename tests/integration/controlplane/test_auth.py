@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from controlplane.contracts import contract_to_proto_params, parse_contract_json
 from controlplane.settings import ControlSettings, SettingsError
@@ -98,8 +99,8 @@ async def test_missing_or_wrong_token_is_unauthenticated_and_the_token_is_not_ec
         assert code == grpc.StatusCode.UNAUTHENTICATED
 
 
-async def test_health_is_open_without_a_token(control_plane_factory, tokens_file):
-    """The standard health service answers SERVING without credentials."""
+async def test_health_and_reflection_are_open_without_a_token(control_plane_factory, tokens_file):
+    """Health answers SERVING and reflection lists the services without credentials."""
     async with (
         control_plane_factory(auth_tokens=str(tokens_file)) as plane,
         grpc.aio.insecure_channel(str(plane.grpc_address)) as channel,
@@ -108,6 +109,14 @@ async def test_health_is_open_without_a_token(control_plane_factory, tokens_file
         for service in ("", "controlplane.v1.ContractService"):
             reply = await health.Check(health_pb2.HealthCheckRequest(service=service))
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        call = reflection.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+        )
+        reply = await call.read()
+        names = {s.name for s in reply.list_services_response.service}
+        assert "controlplane.v1.ContractService" in names
+        call.cancel()
 
 
 def test_a_non_loopback_listen_address_needs_a_tokens_file():
