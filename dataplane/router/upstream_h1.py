@@ -34,6 +34,7 @@ from dataplane.router.upstream import UpstreamBodyIncomplete, UpstreamTimeout, U
 
 HIGH_WATER = 1 << 20  # pause reading from the worker above this many unsent bytes
 LOW_WATER = 1 << 18
+_COALESCE_BODY_BYTES = 256 * 1024  # copy head + body into one write below this size
 
 
 class H1Response:
@@ -207,7 +208,14 @@ class _Connection(asyncio.Protocol):
         waiter: asyncio.Future[H1Response] = self._loop.create_future()
         self._head_waiter = waiter
         self._timer = self._loop.call_at(deadline, self._on_timeout)
-        transport.writelines(data)
+        head, body = data
+        if len(body) <= _COALESCE_BODY_BYTES:
+            # One segment: head and body written separately cost a measured 1-3 ms at p90 on
+            # loopback (the second small segment waits behind the first's ACK).
+            transport.write(head + body)
+        else:
+            transport.write(head)
+            transport.write(body)
         try:
             return await waiter
         except asyncio.CancelledError:
