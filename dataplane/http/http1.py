@@ -149,11 +149,7 @@ class Http1Connection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
-        size = self._header_bytes + len(name) + len(value)
-        self._header_bytes = size
-        if size > self._max_header:
-            self._error = HEADERS_TOO_LARGE
-            raise _Stop
+        self._header_bytes += len(name) + len(value)
         if name == b"content-length":
             # llhttp has validated the digits; refuse before a byte of the body is read.
             if int(value) > self._max_body:
@@ -164,6 +160,9 @@ class Http1Connection(asyncio.Protocol):
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if self._header_bytes > self._max_header:
+            self._error = HEADERS_TOO_LARGE
+            raise _Stop
         self._headers_done = True
         self._partial_head = 0
         if self._expect_continue and not self._queue and self._transport is not None:
@@ -198,8 +197,11 @@ class Http1Connection(asyncio.Protocol):
         queue.append(resp)
         self._deadline = 0.0
         if not keep_alive:
+            # Anything after a closing request is dropped, but reading goes on so that the
+            # client going away is still noticed while the answer is being prepared.
             self._closing = True
-        if (not keep_alive or len(queue) >= self._limits.h1_max_pipelined) and self._transport is not None:
+            self._discarding = True
+        elif len(queue) >= self._limits.h1_max_pipelined and self._transport is not None:
             self._transport.pause_reading()
             self._reading_paused = True
         request = Request(method, self._url, self._headers, body, False)
@@ -271,7 +273,8 @@ class Http1Connection(asyncio.Protocol):
         while True:
             head = queue[0]
             if head._close:
-                queue.clear()
+                queue.popleft()
+                self._drop_queue()
                 self._close(head._linger)
                 return
             queue.popleft()
@@ -296,6 +299,12 @@ class Http1Connection(asyncio.Protocol):
         elif self._expect_continue and self._headers_done:
             self._expect_continue = False
             transport.write(CONTINUE_100)
+
+    def _drop_queue(self) -> None:
+        """Answers queued behind a closing one are never sent: their handlers see a disconnect."""
+        queue, self._queue = self._queue, deque()
+        for resp in queue:
+            resp._mark_disconnected()
 
     def _close(self, linger: bool) -> None:
         transport = self._transport
@@ -396,15 +405,19 @@ class H1Responder(Responder):
     def respond(self, status: int, headers: Headers, body: bytes) -> None:
         if self._state:
             raise RuntimeError("the answer has already started")
-        self._state = _DONE
         conn = self._conn
-        if conn._lost:
+        if conn._lost or self._disc:
+            self._state = _DONE
             return
-        if not body_allowed(status):
-            head, self._close = encode_h1_head(status, headers, None, False, self._closes())
+        allowed = body_allowed(status)
+        # Encode before committing: a bad status or header raises with the answer still unsent,
+        # so the handler's error path can still answer 500.
+        head, close = encode_h1_head(status, headers, len(body) if allowed else None, False, self._closes())
+        self._state = _DONE
+        self._close = close
+        if not allowed:
             conn._emit(self, head)
         else:
-            head, self._close = encode_h1_head(status, headers, len(body), False, self._closes())
             if self._head or not body:
                 conn._emit(self, head)
             elif len(body) <= _JOIN_BODY_MAX:
@@ -417,21 +430,19 @@ class H1Responder(Responder):
     def start(self, status: int, headers: Headers) -> None:
         if self._state:
             raise RuntimeError("the answer has already started")
-        self._state = _STREAMING
         conn = self._conn
-        close = self._closes()
-        if not body_allowed(status):
-            self._nobody = True
-            chunked = False
-        elif self._http10:
-            chunked, close = False, True  # HTTP/1.0 has no chunking: the close ends the body
-        else:
-            chunked = True
-        if conn._lost:
+        if conn._lost or self._disc:
+            self._state = _STREAMING
             return
+        close = self._closes()
+        nobody = self._head or not body_allowed(status)
+        chunked = not nobody and not self._http10
+        if not nobody and self._http10:
+            close = True  # HTTP/1.0 has no chunking: closing the connection ends the body
         head, self._close = encode_h1_head(status, headers, None, chunked, close)
-        self._chunked = chunked and not self._head
-        self._nobody = self._nobody or self._head
+        self._state = _STREAMING
+        self._chunked = chunked
+        self._nobody = nobody
         conn._emit(self, head)
 
     async def write(self, chunk: bytes) -> None:
@@ -457,7 +468,7 @@ class H1Responder(Responder):
             raise RuntimeError("end() needs start() first")
         self._state = _DONE
         conn = self._conn
-        if conn._lost:
+        if conn._lost or self._disc:
             return
         if self._chunked:
             conn._emit(self, LAST_CHUNK)
@@ -469,7 +480,7 @@ class H1Responder(Responder):
         self._state = _DONE
         self._close = True
         conn = self._conn
-        if not conn._lost:
+        if not conn._lost and not self._disc:
             conn._answer_done(self)
 
     @property

@@ -87,6 +87,7 @@ class Http2Connection(asyncio.Protocol):
             },
         )
         h2.max_inbound_frame_size = limits.h2_max_frame_bytes
+        h2.decoder.max_header_list_size = limits.max_header_bytes
         h2.initiate_connection()
         if limits.h2_connection_window_bytes > 65535:
             h2.increment_flow_control_window(limits.h2_connection_window_bytes - 65535)
@@ -419,20 +420,21 @@ class H2Responder(Responder):
     def respond(self, status: int, headers: Headers, body: bytes) -> None:
         if self._state:
             raise RuntimeError("the answer has already started")
-        self._state = _DONE
         conn = self._conn
         if self._disc or conn._lost:
+            self._state = _DONE
             return
+        allowed = body_allowed(status)
+        # Built before committing: a bad header raises with the answer still unsent.
+        fields = h2_response_headers(status, headers, len(body) if allowed else None)
+        self._state = _DONE
         h2 = conn._h2
         try:
-            if not body_allowed(status):
-                h2.send_headers(self._sid, h2_response_headers(status, headers, None), end_stream=True)
-                conn._stream_done(self)
-            elif self._head or not body:
-                h2.send_headers(self._sid, h2_response_headers(status, headers, len(body)), end_stream=True)
+            if not allowed or self._head or not body:
+                h2.send_headers(self._sid, fields, end_stream=True)
                 conn._stream_done(self)
             else:
-                h2.send_headers(self._sid, h2_response_headers(status, headers, len(body)))
+                h2.send_headers(self._sid, fields)
                 conn._send_body(self, body, True)
         except H2Error:
             conn._on_reset(self._sid)
@@ -441,14 +443,16 @@ class H2Responder(Responder):
     def start(self, status: int, headers: Headers) -> None:
         if self._state:
             raise RuntimeError("the answer has already started")
-        self._state = _STREAMING
         conn = self._conn
         if self._disc or conn._lost:
+            self._state = _STREAMING
             return
+        fields = h2_response_headers(status, headers, None)
+        self._state = _STREAMING
         if not body_allowed(status):
             self._head = True  # nothing may follow the headers; end() closes the stream
         try:
-            conn._h2.send_headers(self._sid, h2_response_headers(status, headers, None))
+            conn._h2.send_headers(self._sid, fields)
         except H2Error:
             conn._on_reset(self._sid)
         conn._schedule_flush()

@@ -107,7 +107,12 @@ def encode_chunk(data: bytes) -> bytes:
 
 def h2_response_headers(status: int, headers: Headers, content_length: int | None) -> Headers:
     """The HEADERS list of an h2 answer: ``:status`` first, connection-specific fields dropped."""
-    out: Headers = [(b":status", H2_STATUS.get(status) or b"%d" % status)]
+    code = H2_STATUS.get(status)
+    if code is None:
+        if not 100 <= status <= 999:
+            raise ValueError(f"invalid HTTP status {status}")
+        code = b"%d" % status
+    out: Headers = [(b":status", code)]
     for item in headers:
         if item[0] not in _H2_DROPPED:
             out.append(item)

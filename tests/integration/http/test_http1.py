@@ -319,3 +319,71 @@ async def test_drain_finishes_in_flight_requests_and_refuses_new_ones() -> None:
             pass
         else:
             raise AssertionError("a drained server still accepts connections")
+
+
+async def test_invalid_answer_from_handler_becomes_500() -> None:
+    """A handler answering with an impossible status gets a 500 envelope instead of a hung client."""
+
+    async def bad(req: Request, resp: Responder) -> None:
+        resp.respond(42, TEXT, b"nope")
+
+    async with serving(bad) as server:
+        rd, wr = await h1_open(server.port)
+        wr.write(get())
+        assert (await rd.read()).status == 500
+        wr.close()
+
+
+async def test_disconnect_is_seen_for_a_connection_close_request() -> None:
+    """A ``connection: close`` request still notices its client leaving while it is being handled."""
+    seen: asyncio.Queue[bool] = asyncio.Queue()
+
+    async def waits(req: Request, resp: Responder) -> None:
+        await resp.wait_disconnected()
+        await seen.put(resp.disconnected)
+
+    async with serving(waits) as server:
+        _rd, wr = await h1_open(server.port)
+        wr.write(get("/", "connection: close\r\n"))
+        await asyncio.sleep(0.1)
+        wr.close()
+        assert await asyncio.wait_for(seen.get(), 3) is True
+
+
+async def test_abort_mid_stream_closes_without_the_last_chunk() -> None:
+    """``abort`` during a streamed answer closes the connection; the client sees an incomplete body."""
+
+    async def breaks(req: Request, resp: Responder) -> None:
+        resp.start(200, TEXT)
+        await resp.write(b"partial")
+        resp.abort()
+
+    async with serving(breaks) as server:
+        reader, wr = await asyncio.open_connection("127.0.0.1", server.port)
+        wr.write(get())
+        raw = await asyncio.wait_for(reader.read(), 3)
+        assert raw.endswith(b"7\r\npartial\r\n")  # no terminating 0-chunk: visibly truncated
+
+
+async def test_answers_behind_a_closing_one_are_dropped_and_their_handlers_told() -> None:
+    """Pipelined requests behind one that closes the connection see ``disconnected`` instead of hanging."""
+    seen: asyncio.Queue[bool] = asyncio.Queue()
+
+    async def answer(req: Request, resp: Responder) -> None:
+        if req.path == b"/first":
+            await asyncio.sleep(0.1)
+            resp.respond(200, [(b"connection", b"close")], b"bye")
+            return
+        resp.start(200, TEXT)
+        try:
+            await resp.write(b"never sent")
+        except ClientDisconnected:
+            await seen.put(True)
+
+    async with serving(answer) as server:
+        rd, wr = await h1_open(server.port)
+        wr.write(get("/first") + get("/second"))
+        first = await rd.read()
+        assert first.body == b"bye" and first.header(b"connection") == b"close"
+        assert await rd.at_eof()
+        assert await asyncio.wait_for(seen.get(), 3) is True

@@ -229,3 +229,15 @@ async def test_head_and_bodyless_statuses() -> None:
         empty = await client.response(client.request(b"DELETE", b"/"))
         assert empty.status == 204 and b"content-length" not in dict(empty.headers)
         await client.close()
+
+
+async def test_invalid_answer_from_handler_becomes_500() -> None:
+    """A handler answering with an impossible status gets a 500 on its stream, not a hung stream."""
+
+    async def bad(req: Request, resp: Responder) -> None:
+        resp.respond(-1, TEXT, b"nope")
+
+    async with serving(bad) as server:
+        client = await H2Client.open(server.port)
+        assert (await client.response(client.request(b"GET", b"/"))).status == 500
+        await client.close()
