@@ -10,6 +10,8 @@ same instance, or ``connect`` for a connection with the same pragmas.
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +44,19 @@ def connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _lock(path: Path) -> int:
+    """Hold ``PATH.lock`` exclusively for the life of the process (the kernel drops it on exit,
+    kill -9 included): two control planes on one file would each serve a stale in-memory view."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise Unavailable(f"{path} is in use by another control plane") from None
+    return fd
+
+
 class SqliteDatabase:
     """A connection owned by one thread; ``read``/``transaction`` run functions on it."""
 
@@ -49,9 +64,12 @@ class SqliteDatabase:
         self.path = path
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
         self._conn: sqlite3.Connection | None = None
+        self._lock_fd: int | None = None
 
     async def open(self) -> None:
+        """Lock the file for this process and connect; ``Unavailable`` says why it cannot."""
         try:
+            self._lock_fd = await self._submit(lambda: _lock(self.path))
             self._conn = await self._submit(lambda: connect(self.path))
         except (OSError, sqlite3.Error) as exc:
             raise Unavailable(f"cannot open the SQLite store {self.path}: {exc}") from exc
@@ -61,6 +79,9 @@ class SqliteDatabase:
         if conn is not None:
             await self._submit(conn.close)
         self._executor.shutdown(wait=True)
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)  # releases the flock
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` on the database thread (no transaction beyond the statement's own)."""

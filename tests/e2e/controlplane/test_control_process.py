@@ -25,7 +25,7 @@ def _update(target: str, scope: str) -> pb.Contract:
 
 
 def test_sigterm_exits_zero_and_a_restart_keeps_contracts_and_revision(tmp_path: Path):
-    """SIGTERM stops with exit 0; the next start on the same store continues the revision."""
+    """SIGTERM stops with exit 0; the next start continues the revision; a second one is refused."""
     cp = ControlPlaneProcess(store_path=tmp_path / "state" / "control.db")
     with cp:
         assert _update(cp.target, "*").revision == 1
@@ -36,6 +36,10 @@ def test_sigterm_exits_zero_and_a_restart_keeps_contracts_and_revision(tmp_path:
             listed = contract_pb2_grpc.ContractServiceStub(channel).ListContracts(pb.ListContractsRequest())
         assert listed.revision == 2 and [c.scope for c in listed.contracts] == ["*", "llama"]
         assert _update(cp.target, "*").revision == 3
+        code, err = _startup_error(
+            "--listen", "127.0.0.1:0", "--store", f"sqlite:{cp.store_path}", "--http-listen", "off"
+        )
+        assert code == 2 and "--store" in err and "in use by another control plane" in err
         changes = [json.loads(line) for line in cp.log_lines if "contract_changed" in line]
         assert changes[-1] | {"timestamp": ""} == {
             "change": "update", "scope": "*", "version": 2, "revision": 3, "author": "anonymous",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from controlplane.contracts import parse_contract_json
-from controlplane.errors import NotFound, VersionMismatch
+from controlplane.errors import NotFound, Unavailable, VersionMismatch
 from controlplane.store import SqliteStore
 
 C1 = parse_contract_json('{"temperature": 1}')
@@ -89,3 +89,17 @@ async def test_a_cancelled_writer_still_publishes_its_committed_change(tmp_path:
         assert snapshot.revision == 1 and "*" in snapshot.contracts
     finally:
         await store.close()
+
+
+async def test_a_second_store_on_the_same_file_is_refused_until_the_first_closes(tmp_path: Path):
+    """One control plane per SQLite file: a second open fails with a message, works after close."""
+    first = SqliteStore(tmp_path / "c.db")
+    await first.open()
+    second = SqliteStore(tmp_path / "c.db")
+    with pytest.raises(Unavailable, match="in use by another control plane"):
+        await second.open()
+    await second.close()
+    await first.close()
+    third = SqliteStore(tmp_path / "c.db")
+    await third.open()
+    await third.close()
