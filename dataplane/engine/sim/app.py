@@ -10,7 +10,9 @@ router's injection made the engine see (SPEC §3.3). GET answers are encoded onc
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import operator
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from dataplane.engine.sim import responses as r
 from dataplane.engine.sim.models import (
     DEFAULT_MAX_TOKENS,
+    SAMPLING_FIELDS,
     ChatCompletionRequest,
     CompletionRequest,
     GenerateRequest,
@@ -28,7 +31,6 @@ from dataplane.engine.sim.models import (
     chat_prompt_tokens,
     completion_prompt_tokens,
     generate_prompt_tokens,
-    sampling_values,
     verify_sampling,
 )
 from dataplane.engine.sim.ranks import Progress, RankPicker, SimRank
@@ -150,11 +152,9 @@ class SimApp:
             return None
 
     @staticmethod
-    def _checked(
-        values: dict[str, Any], stream: bool, responder: Responder
-    ) -> list[tuple[bytes, bytes]] | None:
+    def _checked(params: BaseModel, stream: bool, responder: Responder) -> list[tuple[bytes, bytes]] | None:
         """Answer headers with the sampling header; None (after a 400) when verify fails."""
-        reading = _reading(values)
+        reading = _reading(params)
         if reading.problem is not None:
             responder.respond(400, reading.error_headers, r.openai_error(reading.problem))
             return None
@@ -165,7 +165,7 @@ class SimApp:
         req = self._parse(request.body, ChatCompletionRequest, responder)
         if req is None:
             return None
-        headers = self._checked(sampling_values(req), req.stream, responder)
+        headers = self._checked(req, req.stream, responder)
         if headers is None:
             return None
         cap = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
@@ -187,7 +187,7 @@ class SimApp:
         req = self._parse(request.body, CompletionRequest, responder)
         if req is None:
             return None
-        headers = self._checked(sampling_values(req), req.stream, responder)
+        headers = self._checked(req, req.stream, responder)
         if headers is None:
             return None
         batch = (
@@ -214,7 +214,7 @@ class SimApp:
         if req is None:
             return None
         params = req.sampling_params if req.sampling_params is not None else _DEFAULT_SAMPLING
-        headers = self._checked(sampling_values(params), req.stream, responder)
+        headers = self._checked(params, req.stream, responder)
         if headers is None:
             return None
         if req.text is None and req.input_ids is None:
@@ -297,12 +297,16 @@ _readings: dict[tuple[Any, ...], _Reading] = {}
 _READINGS_MAX = 1024
 
 
-def _reading(values: dict[str, Any]) -> _Reading:
+_sampling_tuple = operator.itemgetter(*SAMPLING_FIELDS)
+
+
+def _reading(params: BaseModel) -> _Reading:
     """Cached by value tuple: each position has one type after validation (float, int or None),
     so equal tuples read alike, and most traffic repeats a handful of settings."""
-    key = tuple(values.values())
+    key = _sampling_tuple(params.__dict__)
     reading = _readings.get(key)
     if reading is None:
+        values = dict(zip(SAMPLING_FIELDS, key, strict=True))
         extra = (SAMPLING_HEADER, r.sampling_header(values))
         reading = _Reading(
             verify_sampling(values),
@@ -332,18 +336,29 @@ async def _wait_finished(sim: SimRequest, rank: SimRank, progress: Progress, res
         gone.cancel()
 
 
+# Choices depend only on (n, tokens, reason): built once per combination, never mutated.
+@functools.lru_cache(maxsize=1024)
+def _chat_choices(n: int, generated: int, reason: str) -> list[r.ChatChoice]:
+    text = r.token_text(0, generated)
+    return [r.ChatChoice(i, r.ChatMessageOut("assistant", text), reason) for i in range(n)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _completion_choices(n: int, generated: int, reason: str) -> list[r.CompletionChoice]:
+    text = r.token_text(0, generated)
+    return [r.CompletionChoice(i, text, reason) for i in range(n)]
+
+
 def _full_body(job: Job, generated: int) -> bytes:
     text = r.token_text(0, generated)
     reason = r.finish_reason(job.capped)
     used = r.usage(job.prompt_tokens, job.choices * generated)
     created = int(time.time())
     if job.kind == "chat":
-        chat_choices = [
-            r.ChatChoice(i, r.ChatMessageOut("assistant", text), reason) for i in range(job.choices)
-        ]
+        chat_choices = _chat_choices(job.choices, generated, reason)
         return r.encode(r.ChatCompletion(r.new_id("chatcmpl"), created, job.model, chat_choices, used))
     if job.kind == "completion":
-        choices = [r.CompletionChoice(i, text, reason) for i in range(job.choices)]
+        choices = _completion_choices(job.choices, generated, reason)
         return r.encode(r.Completion(r.new_id("cmpl"), created, job.model, choices, used))
     outs = [
         r.GenerateOut(
