@@ -1,0 +1,1 @@
+"""gRPC servicers, the auth/error interceptor, watch fan-out and the HTTP status listener."""
