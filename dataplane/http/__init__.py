@@ -29,7 +29,9 @@ at most ``max_body_bytes``), ``http2: bool``; ``header(name) -> bytes | None``.
   client does not read (transport backpressure, h2 flow-control window) and raises
   ``ClientDisconnected`` once the client is gone.
 - ``abort()``: break the answer (HTTP/1.1: close the connection; h2: RST_STREAM).
-- ``started``, ``finished``, ``disconnected`` properties; ``await wait_disconnected()``.
+- ``started``, ``finished``, ``disconnected`` properties; ``await wait_disconnected()``;
+  ``on_disconnect(callback)``: ``callback()`` runs once, synchronously, when the client goes
+  away (no task or future per request; a later call replaces it, None clears it).
 
 Header names given to the responder must be lower-case bytes; framing and connection-specific
 headers (``content-length``, ``transfer-encoding``, ``connection``, ``keep-alive``, and on h2

@@ -365,8 +365,6 @@ class H1Responder(Responder):
         "_chunked",
         "_close",
         "_conn",
-        "_disc",
-        "_disc_waiter",
         "_head",
         "_head_waiter",
         "_http10",
@@ -379,6 +377,10 @@ class H1Responder(Responder):
     )
 
     def __init__(self, conn: Http1Connection, keep_alive: bool, head: bool, http10: bool) -> None:
+        # Base-class state, set inline (no super() call on the per-request path).
+        self._disc = False
+        self._disc_waiter = None
+        self._on_disc = None
         self._conn = conn
         self._keep_alive = keep_alive
         self._head = head
@@ -491,18 +493,6 @@ class H1Responder(Responder):
     def finished(self) -> bool:
         return self._state == _DONE
 
-    @property
-    def disconnected(self) -> bool:
-        return self._disc
-
-    async def wait_disconnected(self) -> None:
-        if self._disc:
-            return
-        fut = self._disc_waiter
-        if fut is None:
-            fut = self._disc_waiter = self._conn._loop.create_future()
-        await asyncio.shield(fut)
-
     async def _wait_head(self) -> None:
         fut = self._head_waiter = self._conn._loop.create_future()
         await fut
@@ -515,7 +505,5 @@ class H1Responder(Responder):
             fut.set_result(None)
 
     def _mark_disconnected(self) -> None:
-        self._disc = True
-        if self._disc_waiter is not None and not self._disc_waiter.done():
-            self._disc_waiter.set_result(None)
+        self._notify_disconnect()
         self._wake_head()

@@ -383,8 +383,6 @@ class H2Responder(Responder):
         "_body_bytes",
         "_conn",
         "_deadline",
-        "_disc",
-        "_disc_waiter",
         "_end_pending",
         "_flow_waiter",
         "_head",
@@ -399,6 +397,10 @@ class H2Responder(Responder):
     )
 
     def __init__(self, conn: Http2Connection, sid: int, method: bytes, path: bytes, headers: Headers) -> None:
+        # Base-class state, set inline (no super() call on the per-request path).
+        self._disc = False
+        self._disc_waiter = None
+        self._on_disc = None
         self._conn = conn
         self._sid = sid
         self._method = method
@@ -412,8 +414,6 @@ class H2Responder(Responder):
         self._pending: bytearray | None = None
         self._end_pending = False
         self._rst_after = False
-        self._disc = False
-        self._disc_waiter: asyncio.Future[None] | None = None
         self._flow_waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -523,25 +523,11 @@ class H2Responder(Responder):
     def finished(self) -> bool:
         return self._state == _DONE
 
-    @property
-    def disconnected(self) -> bool:
-        return self._disc
-
-    async def wait_disconnected(self) -> None:
-        if self._disc:
-            return
-        fut = self._disc_waiter
-        if fut is None:
-            fut = self._disc_waiter = self._conn._loop.create_future()
-        await asyncio.shield(fut)
-
     def _wake_flow(self) -> None:
         fut = self._flow_waiter
         if fut is not None and not fut.done():
             fut.set_result(None)
 
     def _mark_disconnected(self) -> None:
-        self._disc = True
-        if self._disc_waiter is not None and not self._disc_waiter.done():
-            self._disc_waiter.set_result(None)
+        self._notify_disconnect()
         self._wake_flow()

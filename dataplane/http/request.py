@@ -63,7 +63,13 @@ class Responder:
     Calls after the client went away are silently ignored, except ``write``, which raises.
     """
 
-    __slots__ = ()
+    # Disconnect bookkeeping is shared by both protocols; the rest is per protocol.
+    __slots__ = ("_disc", "_disc_waiter", "_on_disc")
+
+    def __init__(self) -> None:
+        self._disc = False
+        self._disc_waiter: asyncio.Future[None] | None = None
+        self._on_disc: Callable[[], object] | None = None
 
     def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         raise NotImplementedError
@@ -94,11 +100,45 @@ class Responder:
     @property
     def disconnected(self) -> bool:
         """True once the client went away (connection lost, EOF, or h2 RST_STREAM)."""
-        raise NotImplementedError
+        return self._disc
 
     async def wait_disconnected(self) -> None:
         """Return when the client goes away; never returns for a client that stays."""
-        raise NotImplementedError
+        if self._disc:
+            return
+        fut = self._disc_waiter
+        if fut is None:
+            fut = self._disc_waiter = asyncio.get_running_loop().create_future()
+        await asyncio.shield(fut)
+
+    def on_disconnect(self, callback: Callable[[], object] | None) -> None:
+        """Call ``callback()`` once, synchronously, when the client goes away (None clears it).
+
+        Cheaper than a waiting task: nothing is allocated per request. One callback per
+        responder (a later call replaces it); called at once if the client is already gone.
+        Exceptions from the callback are logged, never raised into the server.
+        """
+        if self._disc and callback is not None:
+            _call(callback)
+        else:
+            self._on_disc = callback
+
+    def _notify_disconnect(self) -> None:
+        """The client is gone: mark, wake ``wait_disconnected``, run the callback."""
+        self._disc = True
+        fut = self._disc_waiter
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+        callback, self._on_disc = self._on_disc, None
+        if callback is not None:
+            _call(callback)
+
+
+def _call(callback: Callable[[], object]) -> None:
+    try:
+        callback()
+    except Exception:
+        _log.exception("disconnect callback failed")
 
 
 # A handler either answers synchronously and returns None (no task is created: the cheapest

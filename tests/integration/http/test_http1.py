@@ -387,3 +387,24 @@ async def test_answers_behind_a_closing_one_are_dropped_and_their_handlers_told(
         assert first.body == b"bye" and first.header(b"connection") == b"close"
         assert await rd.at_eof()
         assert await asyncio.wait_for(seen.get(), 3) is True
+
+
+async def test_disconnect_callback_runs_once_when_the_client_leaves() -> None:
+    """``on_disconnect`` runs its callback once when the client leaves, and at once if already gone."""
+    calls: list[str] = []
+    gone = asyncio.Event()
+
+    async def waits(req: Request, resp: Responder) -> None:
+        resp.on_disconnect(lambda: calls.append("first"))
+        resp.on_disconnect(lambda: (calls.append("replaced"), gone.set()))
+        await gone.wait()
+        resp.on_disconnect(lambda: calls.append("late"))
+
+    async with serving(waits) as server:
+        _rd, wr = await h1_open(server.port)
+        wr.write(get("/wait"))
+        await asyncio.sleep(0.1)
+        wr.close()
+        await asyncio.wait_for(gone.wait(), 3)
+        await asyncio.sleep(0.05)
+        assert calls == ["replaced", "late"]

@@ -115,9 +115,11 @@ async def test_streamed_answer_arrives_frame_by_frame() -> None:
 async def test_stream_reset_is_seen_by_the_handler() -> None:
     """A client RST_STREAM marks that request ``disconnected``; the connection keeps serving."""
     seen: asyncio.Queue[bool] = asyncio.Queue()
+    callbacks: list[int] = []
 
     async def waits(req: Request, resp: Responder) -> None:
         if req.path == b"/wait":
+            resp.on_disconnect(lambda: callbacks.append(1))
             await resp.wait_disconnected()
             await seen.put(resp.disconnected)
         else:
@@ -130,6 +132,7 @@ async def test_stream_reset_is_seen_by_the_handler() -> None:
         client.conn.reset_stream(sid, ErrorCodes.CANCEL)
         client.flush()
         assert await asyncio.wait_for(seen.get(), 3) is True
+        assert callbacks == [1]
         assert bytes((await client.response(client.request(b"GET", b"/other"))).body) == b"ok"
         await client.close()
 
