@@ -229,3 +229,27 @@ async def test_disconnected_stream_frees_its_slot(make_sim: Any) -> None:
         if sim.ranks[0].scheduler.counts()[0] == 0:
             break
     assert sim.ranks[0].scheduler.counts()[:3] == (0, 0, 0)
+
+
+async def test_disconnected_non_streaming_request_is_aborted(make_sim: Any) -> None:
+    """A client that gives up on a slow non-streaming answer frees its slot and KV tokens."""
+    sim = await make_sim("--decode-tokens-per-s", "10")
+    host, port = sim.url.removeprefix("http://").rsplit(":", 1)
+    _reader, writer = await asyncio.open_connection(host, int(port))
+    body = json.dumps({**CHAT, "max_tokens": 100}).encode()
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    await writer.drain()
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if sim.ranks[0].scheduler.counts()[0] == 1:
+            break
+    assert sim.ranks[0].scheduler.counts()[0] == 1
+    writer.close()
+    for _ in range(100):
+        await asyncio.sleep(0.02)
+        if sim.ranks[0].scheduler.counts()[0] == 0:
+            break
+    assert sim.ranks[0].scheduler.counts()[:3] == (0, 0, 0)

@@ -193,3 +193,23 @@ def test_load_port_taken_is_a_startup_error() -> None:
         done = run_sim("--load-publish-endpoint", "auto", "--kv-events-endpoint", kv)
     assert done.returncode == 2
     assert done.stderr.startswith("engine-sim: --load-publish-endpoint 'auto': cannot bind")
+
+
+def test_fleetplane_engine_sim_is_the_same_program() -> None:
+    """`fleetplane engine-sim` runs engine-sim with its flags (here: a one-line refusal)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from controlplane.cli.main import main; main()",
+            "engine-sim",
+            "--dp-size",
+            "0",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == "engine-sim: argument --dp-size: must be an integer in 1..256, got '0'"
