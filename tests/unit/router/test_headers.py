@@ -1,0 +1,80 @@
+"""Header and path handling of the proxy (RFC 9110 §7.6.1 hop-by-hop, SPEC §5 judged paths)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dataplane.router.headers import end_to_end, without_control_chars
+from dataplane.router.routes import JUDGED, canonical_path, split_target
+
+
+def test_hop_by_hop_and_framing_headers_are_dropped() -> None:
+    """Connection, Keep-Alive, TE, Transfer-Encoding, Upgrade, Proxy-*, Host, Content-Length go."""
+    headers = [
+        (b"connection", b"keep-alive"),
+        (b"keep-alive", b"timeout=5"),
+        (b"te", b"trailers"),
+        (b"transfer-encoding", b"chunked"),
+        (b"upgrade", b"h2c"),
+        (b"proxy-authorization", b"x"),
+        (b"proxy-connection", b"close"),
+        (b"host", b"router"),
+        (b"content-length", b"12"),
+        (b"expect", b"100-continue"),
+        (b"authorization", b"Bearer k"),
+        (b"content-type", b"application/json"),
+        (b"x-request-id", b"abc"),
+    ]
+    assert end_to_end(headers) == [
+        (b"authorization", b"Bearer k"),
+        (b"content-type", b"application/json"),
+        (b"x-request-id", b"abc"),
+    ]
+
+
+def test_headers_named_by_connection_are_dropped() -> None:
+    """A header listed in Connection is hop-by-hop too (RFC 9110 §7.6.1)."""
+    headers = [(b"connection", b"close, X-Secret ,foo"), (b"x-secret", b"1"), (b"foo", b"2"), (b"bar", b"3")]
+    assert end_to_end(headers) == [(b"bar", b"3")]
+
+
+def test_pseudo_headers_never_cross() -> None:
+    """HTTP/2 pseudo-headers are not forwarded as fields."""
+    assert end_to_end([(b":authority", b"r"), (b":path", b"/"), (b"accept", b"*/*")]) == [(b"accept", b"*/*")]
+
+
+def test_control_characters_are_removed() -> None:
+    """Fields whose name or value holds CR, LF or NUL cannot reach an HTTP/1.1 worker."""
+    headers = [(b"x-a", b"1\r\nx-injected: 1"), (b"x-b", b"ok"), (b"x-c", b"a\x00b"), (b"x\nd", b"v")]
+    assert without_control_chars(headers) == [(b"x-b", b"ok")]
+
+
+def test_split_target_keeps_the_query() -> None:
+    """The query string is split off with its '?' kept."""
+    assert split_target(b"/v1/models?x=1") == (b"/v1/models", b"?x=1")
+    assert split_target(b"/health") == (b"/health", b"")
+
+
+def test_canonical_path_spellings() -> None:
+    """Encoded, dotted, repeated-slash and trailing-slash spellings map to the judged path."""
+    for path in (
+        b"/v1/chat/completions",
+        b"/v1/chat%2Fcompletions",
+        b"/v1/chat%2fcompletions",
+        b"//v1//chat/completions/",
+        b"/v1/./chat/completions",
+        b"/v1/x/../chat/completions",
+        b"/v1/%63hat/completions",
+        b"/v1/chat%252Fcompletions",
+    ):
+        assert canonical_path(path) == b"/v1/chat/completions", path
+    assert canonical_path(b"/../generate") == b"/generate"
+
+
+@given(st.sampled_from(sorted(JUDGED)), st.lists(st.sampled_from(["", ".", "%2F", "/"]), max_size=3))
+def test_canonical_path_is_idempotent(path: bytes, noise: list[str]) -> None:
+    """Canonicalising twice changes nothing, and noise around a judged path is removed."""
+    spelled = path + "".join(noise).encode()
+    once = canonical_path(spelled)
+    assert canonical_path(once) == once
