@@ -1,0 +1,87 @@
+"""``fleetplane router`` flags -> frozen settings, and the one-line startup errors (SPEC §1)."""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane.contracts import ConflictPolicy
+from dataplane.router.balancer import Policy
+from dataplane.router.settings import RouterSettings, SettingsError, build_parser, settings_from_args
+
+
+def _settings(*argv: str, environ: dict[str, str] | None = None) -> RouterSettings:
+    parser = build_parser()
+    if environ is not None:
+        from controlplane.envflags import EnvArgumentParser
+        from dataplane.router.settings import add_arguments
+
+        parser = EnvArgumentParser(prog="fleetplane router", environ=environ)
+        add_arguments(parser)
+    return settings_from_args(parser.parse_args(list(argv)))
+
+
+def test_defaults() -> None:
+    """Loopback listener, 32 MiB bodies, least_load, no contract."""
+    s = _settings()
+    assert (s.listen_host, s.listen_port, s.max_body_bytes) == ("127.0.0.1", 8080, 32 * 1024 * 1024)
+    assert s.policy is Policy.LEAST_LOAD and s.contract is None and s.workers == ()
+
+
+def test_contract_flags() -> None:
+    """The contract JSON and conflict policy become one contract; port 0 and IPv6 are accepted."""
+    s = _settings(
+        "--listen",
+        "[::1]:0",
+        "--worker",
+        "http://127.0.0.1:9001",
+        "--override-sampling-params",
+        '{"temperature": 1}',
+        "--sampling-param-conflict",
+        "allow",
+    )
+    assert (s.listen_host, s.listen_port) == ("::1", 0)
+    assert s.contract is not None and s.contract.conflict is ConflictPolicy.ALLOW
+
+
+def test_environment_variables() -> None:
+    """Every flag also reads FLEETPLANE_<FLAG>."""
+    s = _settings(environ={"FLEETPLANE_MAX_CONCURRENCY": "7", "FLEETPLANE_POLICY": "round_robin"})
+    assert s.max_concurrency == 7 and s.policy is Policy.ROUND_ROBIN
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["--listen", "localhost"], ["--listen", "localhost", "HOST:PORT"]),
+        (["--worker", "ftp://a:1"], ["--worker", "ftp://a:1", "http://HOST:PORT"]),
+        (
+            ["--override-sampling-params", '{"temperature": 3}'],
+            ["--override-sampling-params", "temperature", "[0, 2]"],
+        ),
+        (["--override-sampling-params", "{}"], ["--override-sampling-params", "empty"]),
+        (
+            ["--sampling-param-conflict", "allow"],
+            ["--sampling-param-conflict", "requires --override-sampling-params"],
+        ),
+        (
+            [
+                "--override-sampling-params",
+                '{"top_k": {"min": 1, "max": 5}}',
+                "--sampling-param-conflict",
+                "allow",
+            ],
+            ["--override-sampling-params", "top_k"],
+        ),
+        (["--max-concurrency", "0"], ["--max-concurrency", "0", "at least 1"]),
+        (["--queue-timeout-s", "0"], ["--queue-timeout-s", "more than 0"]),
+        (["--control-plane", "127.0.0.1:50051", "--worker", "http://a:1"], ["--worker", "--control-plane"]),
+    ],
+)
+def test_startup_errors_name_flag_value_and_rule(argv: list[str], names: list[str]) -> None:
+    """Each refusal is one line naming the flag, the value and what is allowed."""
+    with pytest.raises(SettingsError) as info:
+        _settings(*argv)
+    message = str(info.value)
+    assert "\n" not in message
+    for name in names:
+        assert name in message, (name, message)
