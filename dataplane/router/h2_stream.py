@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from dataplane.router.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeout
 from dataplane.router.headers import DROPPED
 
-if TYPE_CHECKING:
-    from h2.errors import ErrorCodes
-
 
 class _Owner(Protocol):
     def consumed(self, stream_id: int, nbytes: int) -> None: ...
-    def cancel(self, stream: H2Stream, code: ErrorCodes = ...) -> None: ...
+    def cancel(self, stream: H2Stream, code: int = ...) -> None: ...
 
 
 class H2Stream:

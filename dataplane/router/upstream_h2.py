@@ -4,15 +4,17 @@ One ``H2Pool`` per worker (SPEC §1: ``h2c://`` or an ``http://`` worker whose `
 says ``enable_http2``). It keeps up to ``max_connections`` HTTP/2 prior-knowledge connections
 (RFC 9113 §3.3) and opens another one only when every open one is at its stream limit.
 
-Everything runs in the connections' ``asyncio.Protocol`` callbacks: no task per request.
+Everything runs in the connections' ``asyncio.Protocol`` callbacks: no task per request. The
+HTTP/2 framing is ``h2_codec.ClientCodec`` (a lean client codec; the ``h2`` library cost more per
+request than the whole HTTP/1.1 hop).
 A request is a stream object (``H2Stream``) that is also the ``UpstreamResponse``: the
 protocol fills its buffer, the router's request path pulls from it.
 
 Flow control (RFC 9113 §5.2), both ways:
   * download: each stream gets a ``stream_window_bytes`` window; its credit is returned only as
     the router's client consumes the chunks, so a slow reader only stops its own stream and its
-    buffering is bounded by that window. The connection window is opened to the maximum, larger
-    than the sum of every stream window, so one slow stream never blocks the others.
+    buffering is bounded by that window. Connection credit is returned on receipt (the stream
+    windows already bound the buffering), so one slow stream never blocks the others.
   * upload: a body is sent as far as the peer's windows allow; the rest waits for WINDOW_UPDATE
     (or for the transport to drain) without holding back any other stream.
 
@@ -30,15 +32,7 @@ import contextlib
 import socket
 from collections import deque
 from collections.abc import Callable
-from typing import Any
-
-import h2.config
-import h2.connection
-import h2.events
-import h2.exceptions
-import h2.settings
-from h2.connection import ConnectionState
-from h2.errors import ErrorCodes
+from typing import cast
 
 from dataplane.router.errors import (
     RouterError,
@@ -46,27 +40,17 @@ from dataplane.router.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from dataplane.router.h2_codec import CANCEL, NO_ERROR, REFUSED_STREAM, ClientCodec, H2ProtocolError
 from dataplane.router.h2_stream import H2Stream
 
 __all__ = ["H2Connection", "H2Pool", "H2Stream"]
 
-_MAX_WINDOW = 2**31 - 1
 _DEFAULT_STREAM_WINDOW = 4 * 1024 * 1024
 _DEFAULT_MAX_STREAMS = 256
-_H2_CONFIG = h2.config.H2Configuration(
-    client_side=True,
-    header_encoding=None,
-    # The request path hands us lower-case, already-filtered headers; skipping h2's per-header
-    # validation and normalisation keeps the hot path cheap.
-    validate_outbound_headers=False,
-    normalize_outbound_headers=False,
-    validate_inbound_headers=False,
-    normalize_inbound_headers=False,
-)
 
 
 class H2Connection(asyncio.Protocol):
-    """One h2c connection: the h2 state machine fed by asyncio callbacks."""
+    """One h2c connection: the codec fed by asyncio callbacks; implements ``CodecListener``."""
 
     def __init__(
         self,
@@ -77,10 +61,9 @@ class H2Connection(asyncio.Protocol):
         on_capacity: Callable[[H2Connection], None] | None = None,
     ) -> None:
         self.authority = authority
-        self._stream_window = stream_window_bytes
         self._max_streams = max_streams
         self._on_capacity = on_capacity
-        self._h2 = h2.connection.H2Connection(config=_H2_CONFIG)
+        self._codec = ClientCodec(self, stream_window=stream_window_bytes)
         self._transport: asyncio.Transport | None = None
         self._streams: dict[int, H2Stream] = {}
         self._send_blocked: dict[int, H2Stream] = {}
@@ -88,7 +71,6 @@ class H2Connection(asyncio.Protocol):
         self._peer_seen = False  # any byte from the peer: before that, nothing was processed
         self.closed = False  # failed or lost: never reused (the pool drops it)
         self.draining = False  # GOAWAY received or sent: no new streams
-        self.lost = asyncio.get_running_loop().create_future()
 
     # -- capacity, as the pool sees it ---------------------------------------------------------
 
@@ -96,47 +78,29 @@ class H2Connection(asyncio.Protocol):
     def active_streams(self) -> int:
         return len(self._streams)
 
-    @property
-    def usable(self) -> bool:
-        return not (self.closed or self.draining)
-
     def has_capacity(self) -> bool:
-        limit = min(self._max_streams, self._h2.remote_settings.max_concurrent_streams)
+        limit = min(self._max_streams, self._codec.max_concurrent_streams)
         return not (self.closed or self.draining) and len(self._streams) < limit
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, only alike.
+        self._transport = transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        h2c = self._h2
-        h2c.local_settings = h2.settings.Settings(
-            client=True,
-            initial_values={
-                h2.settings.SettingCodes.ENABLE_PUSH: 0,
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: self._stream_window,
-            },
-        )
-        h2c.initiate_connection()
-        # The connection window exceeds the sum of the stream windows, so per-stream credit
-        # alone bounds buffering and a slow reader never stalls the connection (RFC 9113 §5.2).
-        h2c.increment_flow_control_window(_MAX_WINDOW - 65535)
-        transport.write(h2c.data_to_send())
+        # h2c with prior knowledge (RFC 9113 §3.3): the preface goes out at once.
+        transport.write(self._codec.preface())
 
     def data_received(self, data: bytes) -> None:
         self._peer_seen = True
         try:
-            events = self._h2.receive_data(data)
-        except h2.exceptions.H2Error:
+            self._codec.feed(data)
+        except H2ProtocolError as exc:
+            self._write(self._codec.goaway(exc.code))
             self._fail(UpstreamBodyIncomplete())
             return
-        for event in events:
-            handler = _HANDLERS.get(type(event))
-            if handler is not None:
-                handler(self, event)
         self._flush()
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -160,58 +124,58 @@ class H2Connection(asyncio.Protocol):
         body: bytes,
         deadline: float,
     ) -> H2Stream:
-        """Open a stream, send its headers and as much body as the windows allow."""
+        """Open a stream, send its headers and as much body as the windows allow.
+
+        ``headers`` are end-to-end already (``upstream.UpstreamPool``): no connection-specific
+        field (RFC 9113 §8.2.2), no Host (it travels as :authority), no framing.
+        """
         if self.closed or self.draining:
             raise UpstreamUnreachable()
-        h2c = self._h2
-        sid = h2c.get_next_available_stream_id()
-        block: list[tuple[bytes, bytes]] = [
-            (b":method", method),
-            (b":scheme", b"http"),
-            (b":authority", self.authority),
-            (b":path", path),
-        ]
-        # ``headers`` are end-to-end already (upstream.UpstreamPool): no connection-specific
-        # field (RFC 9113 §8.2.2), no Host (it travels as :authority), no framing.
-        block.extend(headers)
+        codec = self._codec
         if body:
-            block.append((b"content-length", str(len(body)).encode()))
-        stream = H2Stream(self, sid, body, deadline)
+            headers = [*headers, (b"content-length", str(len(body)).encode())]
         try:
-            h2c.send_headers(sid, block, end_stream=not body)
-        except h2.exceptions.H2Error as exc:
-            self._fail(UpstreamUnreachable())
+            sid, block = codec.open_stream(method, path, self.authority, headers, not body)
+        except H2ProtocolError as exc:  # stream ids exhausted: this connection is done
+            self.draining = True
             raise UpstreamUnreachable() from exc
+        stream = H2Stream(self, sid, body, deadline)
         self._streams[sid] = stream
-        if body:
+        transport = self._transport
+        assert transport is not None
+        if body and not self._write_paused:
+            n = min(codec.sendable(sid), len(body))
+            if n == len(body):
+                # The common case: headers and the whole body in one write.
+                transport.write(block + codec.data(sid, body, True))
+                stream.pending_off = n
+                return stream
+            transport.write(block)
             self._send_body(stream)
-        self._flush()
+        else:
+            transport.write(block)
+            if body:
+                self._send_blocked[sid] = stream
         return stream
 
     def _send_body(self, stream: H2Stream) -> None:
-        if self._write_paused:
-            self._send_blocked[stream.stream_id] = stream
-            return
-        h2c = self._h2
         sid = stream.stream_id
+        if self._write_paused:
+            self._send_blocked[sid] = stream
+            return
+        codec = self._codec
         view = stream.pending
         off = stream.pending_off
         total = len(view)
-        try:
-            while off < total:
-                n = min(h2c.local_flow_control_window(sid), h2c.max_outbound_frame_size, total - off)
-                if n <= 0:
-                    break
-                h2c.send_data(sid, view[off : off + n], end_stream=off + n == total)
-                off += n
-        except h2.exceptions.H2Error:
-            off = total  # the stream was reset meanwhile; its reset handler reports it
+        n = min(codec.sendable(sid), total - off)
+        if n > 0:
+            self._write(codec.data(sid, view[off : off + n], off + n == total))
+            off += n
         stream.pending_off = off
         if off < total:
             self._send_blocked[sid] = stream
         else:
             self._send_blocked.pop(sid, None)
-            stream.pending = memoryview(b"")
 
     def _resume_sends(self) -> None:
         if self._send_blocked:
@@ -222,22 +186,17 @@ class H2Connection(asyncio.Protocol):
         """The router's client took ``nbytes``: return that credit to the peer (RFC 9113 §6.9)."""
         if self.closed or nbytes <= 0:
             return
-        try:
-            self._h2.acknowledge_received_data(nbytes, stream_id)
-        except h2.exceptions.H2Error:
-            return
+        self._codec.consumed(stream_id, nbytes)
         self._flush()
 
-    def cancel(self, stream: H2Stream, code: ErrorCodes = ErrorCodes.CANCEL) -> None:
+    def cancel(self, stream: H2Stream, code: int = CANCEL) -> None:
         """Stop a stream the router no longer wants (client gone, timeout): RST_STREAM."""
         sid = stream.stream_id
         if self._streams.pop(sid, None) is None:
             return
         self._send_blocked.pop(sid, None)
         if not self.closed:
-            with contextlib.suppress(h2.exceptions.H2Error):
-                self._h2.reset_stream(sid, code)
-            self._flush()
+            self._write(self._codec.reset(sid, code))
         self._released_or_closed()
 
     def close(self) -> None:
@@ -245,15 +204,72 @@ class H2Connection(asyncio.Protocol):
         if self._transport is None or self.closed:
             return
         self.draining = True
-        with contextlib.suppress(h2.exceptions.H2Error):
-            self._h2.close_connection()
-        self._flush()
+        self._write(self._codec.goaway(NO_ERROR))
         self._fail(UpstreamBodyIncomplete())
+
+    # -- CodecListener --------------------------------------------------------------------------
+
+    def on_headers(self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None:
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return
+        if not stream.started:
+            stream.headers_received(headers)
+        if end_stream:  # a header-only answer, or trailers (ignored: nothing to forward them to)
+            self._ended(stream)
+
+    def on_data(self, stream_id: int, data: bytes, flow_controlled: int, end_stream: bool) -> None:
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return
+        stream.data_received(data, flow_controlled)
+        if end_stream:
+            self._ended(stream)
+
+    def on_reset(self, stream_id: int, code: int) -> None:
+        stream = self._finished(stream_id)
+        if stream is None:
+            return
+        # REFUSED_STREAM guarantees the worker did no work on it (RFC 9113 §8.7): retryable.
+        refused = code == REFUSED_STREAM and not stream.started
+        stream.fail(UpstreamUnreachable() if refused else UpstreamBodyIncomplete())
+
+    def on_goaway(self, last_stream_id: int, code: int) -> None:
+        # RFC 9113 §6.8: streams above last_stream_id were not processed (retryable); those at or
+        # below it may still complete, so a graceful GOAWAY keeps the connection reading.
+        self.draining = True
+        for sid in [s for s in self._streams if s > last_stream_id]:
+            stream = self._finished(sid)
+            if stream is not None:
+                stream.fail(UpstreamUnreachable())
+        if code != NO_ERROR or not self._streams:
+            self._fail(UpstreamBodyIncomplete())
+        else:
+            self._released()
+
+    def on_window(self) -> None:
+        self._resume_sends()
+
+    def on_settings(self) -> None:
+        self._resume_sends()
+        self._released()  # MAX_CONCURRENT_STREAMS may have grown
 
     # -- internals ------------------------------------------------------------------------------
 
+    def _ended(self, stream: H2Stream) -> None:
+        sid = stream.stream_id
+        if stream.pending_off < len(stream.pending):
+            # The worker answered before reading our whole body: stop sending (RFC 9113 §8.1).
+            self._write(self._codec.reset(sid, NO_ERROR))
+        self._finished(sid)
+        stream.ended()
+
+    def _write(self, data: bytes) -> None:
+        if data and self._transport is not None and not self.closed:
+            self._transport.write(data)
+
     def _flush(self) -> None:
-        data = self._h2.data_to_send()
+        data = self._codec.take_output()
         if data and self._transport is not None and not self.closed:
             self._transport.write(data)
 
@@ -278,88 +294,15 @@ class H2Connection(asyncio.Protocol):
             stream.fail(error)
         if self._transport is not None:
             self._transport.close()
-        if not self.lost.done():
-            self.lost.set_result(None)
         self._released()
 
     def _finished(self, sid: int) -> H2Stream | None:
         stream = self._streams.pop(sid, None)
         self._send_blocked.pop(sid, None)
+        self._codec.forget(sid)
         if stream is not None:
             self._released_or_closed()
         return stream
-
-    def _on_response(self, event: h2.events.ResponseReceived) -> None:
-        stream = self._streams.get(event.stream_id)
-        if stream is not None:
-            stream.headers_received(event.headers or [])
-
-    def _on_data(self, event: h2.events.DataReceived) -> None:
-        stream = self._streams.get(event.stream_id)
-        size = event.flow_controlled_length or 0
-        if stream is None:
-            # Data for a stream we cancelled: give the connection credit back at once.
-            if size:
-                self._h2.acknowledge_received_data(size, event.stream_id)
-            return
-        stream.data_received(event.data or b"", size)
-
-    def _on_end(self, event: h2.events.StreamEnded) -> None:
-        sid: int = event.stream_id
-        stream = self._streams.get(sid)
-        if stream is None:
-            return
-        if stream.pending_off < len(stream.pending):
-            # The worker answered before reading our whole body: stop sending (RFC 9113 §8.1).
-            with contextlib.suppress(h2.exceptions.H2Error):
-                self._h2.reset_stream(sid, ErrorCodes.NO_ERROR)
-        self._finished(sid)
-        stream.ended()
-
-    def _on_reset(self, event: h2.events.StreamReset) -> None:
-        stream = self._finished(event.stream_id)
-        if stream is None:
-            return
-        # REFUSED_STREAM guarantees the worker did no work on it (RFC 9113 §8.7): retryable.
-        refused = event.error_code == ErrorCodes.REFUSED_STREAM and not stream.started
-        stream.fail(UpstreamUnreachable() if refused else UpstreamBodyIncomplete())
-
-    def _on_window(self, event: h2.events.WindowUpdated | h2.events.RemoteSettingsChanged) -> None:
-        self._resume_sends()
-
-    def _on_settings(self, event: h2.events.RemoteSettingsChanged) -> None:
-        self._resume_sends()
-        self._released()  # MAX_CONCURRENT_STREAMS may have grown
-
-    def _on_goaway(self, event: h2.events.ConnectionTerminated) -> None:
-        # RFC 9113 §6.8: streams above last_stream_id were not processed (retryable); those at or
-        # below it may still complete, so a graceful GOAWAY keeps the connection reading.
-        self.draining = True
-        last: int = event.last_stream_id or 0
-        for sid in [s for s in self._streams if s > last]:
-            stream = self._finished(sid)
-            if stream is not None:
-                stream.fail(UpstreamUnreachable())
-        if event.error_code != ErrorCodes.NO_ERROR or not self._streams:
-            self._fail(UpstreamBodyIncomplete())
-            return
-        if self.closed:
-            return
-        # h2 closes its state machine on any GOAWAY; reopen it so the remaining streams'
-        # frames are still accepted. No new stream is ever started here (draining).
-        self._h2.state_machine.state = ConnectionState.CLIENT_OPEN
-        self._released()
-
-
-_HANDLERS: dict[type[Any], Callable[[H2Connection, Any], None]] = {
-    h2.events.ResponseReceived: H2Connection._on_response,
-    h2.events.DataReceived: H2Connection._on_data,
-    h2.events.StreamEnded: H2Connection._on_end,
-    h2.events.StreamReset: H2Connection._on_reset,
-    h2.events.WindowUpdated: H2Connection._on_window,
-    h2.events.RemoteSettingsChanged: H2Connection._on_settings,
-    h2.events.ConnectionTerminated: H2Connection._on_goaway,
-}
 
 
 class H2Pool:
