@@ -1,0 +1,86 @@
+"""Workers and engine load reach the router through the control plane (SPEC §6 WatchLoads, §7)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import zmq
+import zmq.asyncio
+
+from controlplane.load.wire import LoadStat, encode_frame
+from controlplane.v1 import load_pb2, load_pb2_grpc
+from dataplane.router.control import subscription
+from dataplane.router.subscription import ControlSettings, EngineLoad
+from dataplane.router.workers import WorkerSpec
+from tests.fakes.control_plane import running_control_plane
+
+from .conftest import eventually
+from .test_control_client import FakeRouter
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def publishing(endpoint: str, running: int, waiting: int) -> AsyncIterator[None]:
+    """A scheduler's load publisher: one frame every 100 ms while the block runs."""
+    context = zmq.asyncio.Context()
+    pub = context.socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.bind(endpoint)
+
+    async def loop() -> None:
+        for seq in range(10_000):
+            await pub.send_multipart(encode_frame(seq, LoadStat(running, waiting, 10, 100, 0)))
+            await asyncio.sleep(0.1)
+
+    task = asyncio.create_task(loop())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        pub.close()
+        context.term()
+
+
+async def test_registered_worker_and_its_fresh_load_reach_the_router(tmp_path: Path) -> None:
+    """A registered worker becomes part of the router's set; its published load arrives FRESH,
+    and turns not-fresh once the engine stops publishing."""
+    router = FakeRouter()
+    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    async with running_control_plane(tmp_path, load_stale_after_s=0.5, load_push_interval_ms=20) as plane:
+        target = str(plane.grpc_address)
+        async with grpc.aio.insecure_channel(target) as channel:
+            await load_pb2_grpc.LoadServiceStub(channel).RegisterWorker(
+                load_pb2.RegisterWorkerRequest(
+                    url="http://127.0.0.1:9",
+                    protocol=load_pb2.WORKER_PROTOCOL_H2C,
+                    models=["m"],
+                    load_endpoints=[endpoint],
+                )
+            )
+        settings = ControlSettings(target=target, router_id="r", workers_poll_s=0.2)
+        async with subscription(settings, router):
+            async with publishing(endpoint, running=3, waiting=2):
+
+                async def fresh() -> bool:
+                    return router.loads.get("http://127.0.0.1:9") == EngineLoad(3, 2, True)
+
+                await eventually(fresh, timeout_s=5)
+                assert router.workers[-1] == (WorkerSpec("http://127.0.0.1:9", "h2c", ("m",)),)
+
+            async def stale() -> bool:
+                view = router.loads.get("http://127.0.0.1:9")
+                return view is not None and not view.fresh
+
+            await eventually(stale, timeout_s=5)
