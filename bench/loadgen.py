@@ -16,6 +16,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 import httptools
 
@@ -74,8 +75,8 @@ class _Client(asyncio.Protocol):
         self.status = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, only alike.
+        self.transport = cast(asyncio.Transport, transport)
         self.send()
 
     def send(self) -> None:

@@ -60,9 +60,9 @@ async def test_concurrent_streams_over_one_connection(sim: EngineSim) -> None:
 
 
 async def test_large_upload_beside_fast_streams(sim: EngineSim) -> None:
-    """A 4 MiB request body and many small requests share one connection and all complete."""
+    """A 1 MiB request body and many small requests share one connection and all complete."""
     pool = H2Pool(sim.host, sim.port)
-    big = asyncio.create_task(_complete(pool, _chat(4, pad=4 << 20)))
+    big = asyncio.create_task(_complete(pool, _chat(4, pad=1 << 20)))
     small = await asyncio.gather(*(_complete(pool, _chat(2)) for _ in range(20)))
     assert [s for s, _ in small] == [200] * 20
     status, body = await asyncio.wait_for(big, 20)

@@ -1,0 +1,416 @@
+"""A lean client-side HTTP/2 codec (RFC 9113) for the h2c upstream: bytes in, callbacks out, no I/O.
+
+Why not the ``h2`` library on the hot path: measured here, its per-request client work (HPACK
+encoding with a dynamic table, per-frame objects, stream state machines, validation) costs several
+hundred µs, more than the whole HTTP/1.1 hop. A router talking to its own workers needs a small
+subset of HTTP/2, so this codec does only that, directly on bytes:
+
+* requests go out as HEADERS (+CONTINUATION) with HPACK "literal without indexing" / static-table
+  fields (RFC 7541 §6.1, §6.2.2): no encoder state, so nothing to keep in sync with the peer;
+* responses are decoded with ``hpack.Decoder`` (the peer may use its dynamic table and Huffman);
+* flow control both ways (RFC 9113 §5.2, §6.9): send windows per stream and connection, receive
+  credit returned per stream only as the consumer reads (``consumed``), connection credit at once;
+* SETTINGS (acknowledged), PING (answered), GOAWAY, RST_STREAM, WINDOW_UPDATE; PRIORITY and
+  unknown frame types are ignored (§5.5); PUSH_PROMISE is refused by SETTINGS_ENABLE_PUSH=0.
+
+A violation raises ``H2ProtocolError``: the caller fails the connection, never reuses it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import hpack
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
+    range(10)
+)
+END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
+# Error codes (RFC 9113 §7).
+NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL = 0, 1, 3, 6, 7, 8
+# SETTINGS identifiers (§6.5.2).
+S_HEADER_TABLE_SIZE, S_ENABLE_PUSH, S_MAX_CONCURRENT_STREAMS, S_INITIAL_WINDOW_SIZE, S_MAX_FRAME_SIZE = (
+    1,
+    2,
+    3,
+    4,
+    5,
+)
+MAX_WINDOW = 2**31 - 1
+DEFAULT_WINDOW = 65535
+MAX_STREAM_ID = 2**31 - 1
+_RECV_FRAME_SIZE = 1 << 16
+
+# RFC 7541 Appendix A: static-table indices of names we send often.
+_STATIC_INDEX = {
+    b":authority": 1,
+    b":path": 4,
+    b"accept-charset": 15,
+    b"accept-encoding": 16,
+    b"accept-language": 17,
+    b"accept": 19,
+    b"authorization": 23,
+    b"cache-control": 24,
+    b"content-encoding": 26,
+    b"content-length": 28,
+    b"content-type": 31,
+    b"cookie": 32,
+    b"user-agent": 58,
+}
+# Prefix of "literal without indexing, indexed name" (RFC 7541 §6.2.2: 4-bit index prefix).
+_STATIC_NAMES: dict[bytes, bytes] = {}
+_METHOD = {b"GET": b"\x82", b"POST": b"\x83"}  # fully indexed :method (static 2, 3)
+_SCHEME_HTTP = b"\x86"  # :scheme: http (static 6)
+
+
+class H2ProtocolError(Exception):
+    """The peer broke RFC 9113; ``code`` is the GOAWAY error code to report."""
+
+    def __init__(self, message: str, code: int = PROTOCOL_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class CodecListener(Protocol):
+    """What the connection does with decoded frames (called from ``ClientCodec.feed``)."""
+
+    def on_headers(self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None: ...
+    def on_data(self, stream_id: int, data: bytes, flow_controlled: int, end_stream: bool) -> None: ...
+    def on_reset(self, stream_id: int, code: int) -> None: ...
+    def on_goaway(self, last_stream_id: int, code: int) -> None: ...
+    def on_window(self) -> None: ...
+    def on_settings(self) -> None: ...
+
+
+def _int(value: int, prefix_bits: int, first: int) -> bytes:
+    """HPACK integer (RFC 7541 §5.1) with ``first`` holding the representation's flag bits."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes((first | value,))
+    out = bytearray((first | limit,))
+    value -= limit
+    while value >= 128:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _str(value: bytes) -> bytes:
+    """HPACK string literal, not Huffman-coded (RFC 7541 §5.2)."""
+    n = len(value)
+    return (bytes((n,)) if n < 127 else _int(n, 7, 0)) + value
+
+
+_STATIC_NAMES.update({name: _int(index, 4, 0) for name, index in _STATIC_INDEX.items()})
+
+
+def encode_field(name: bytes, value: bytes) -> bytes:
+    """One field as "literal without indexing" (RFC 7541 §6.2.2): leaves no decoder state."""
+    prefix = _STATIC_NAMES.get(name)
+    if prefix is not None:
+        return prefix + _str(value)
+    return b"\x00" + _str(name) + _str(value)
+
+
+def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+    """One frame: 9-byte header (RFC 9113 §4.1) + payload."""
+    n = len(payload)
+    return bytes((n >> 16, (n >> 8) & 0xFF, n & 0xFF, kind, flags)) + stream_id.to_bytes(4, "big") + payload
+
+
+class _SendWindow:
+    __slots__ = ("window",)
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+
+
+class ClientCodec:
+    """The connection-wide HTTP/2 state of one client connection; see the module docstring."""
+
+    def __init__(self, listener: CodecListener, *, stream_window: int = 4 << 20) -> None:
+        self._listener = listener
+        self._decoder = hpack.Decoder()
+        self._buf = b""
+        self._out: list[bytes] = []
+        self.stream_window = stream_window
+        self.next_stream_id = 1
+        # Peer settings (RFC 9113 §6.5.2 defaults until its SETTINGS arrives).
+        self.max_concurrent_streams = 2**31
+        self.peer_initial_window = DEFAULT_WINDOW
+        self.peer_max_frame = 16384
+        self.conn_send_window = DEFAULT_WINDOW
+        self._send_windows: dict[int, _SendWindow] = {}
+        self._recv_unacked: dict[int, int] = {}  # per stream: bytes consumed, credit not yet returned
+        self._recv_windows: dict[int, int] = {}
+        self._conn_recv_unacked = 0
+        self._continuation: tuple[int, int, bytearray] | None = None  # (stream, flags, block)
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def preface(self) -> bytes:
+        """Connection preface + SETTINGS + opening the connection window to the maximum."""
+        settings = b"".join(
+            k.to_bytes(2, "big") + v.to_bytes(4, "big")
+            for k, v in (
+                (S_ENABLE_PUSH, 0),
+                (S_INITIAL_WINDOW_SIZE, self.stream_window),
+                (S_MAX_FRAME_SIZE, _RECV_FRAME_SIZE),
+            )
+        )
+        grow = (MAX_WINDOW - DEFAULT_WINDOW).to_bytes(4, "big")
+        return PREFACE + frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, grow)
+
+    def take_output(self) -> bytes:
+        """Everything queued to send (control frames, credit) since the last call."""
+        out = self._out
+        if not out:
+            return b""
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        return data
+
+    def open_stream(
+        self,
+        method: bytes,
+        path: bytes,
+        authority: bytes,
+        headers: list[tuple[bytes, bytes]],
+        end_stream: bool,
+    ) -> tuple[int, bytes]:
+        """A new stream id and its HEADERS (+CONTINUATION) bytes."""
+        sid = self.next_stream_id
+        if sid > MAX_STREAM_ID:
+            raise H2ProtocolError("stream ids exhausted", NO_ERROR)
+        self.next_stream_id = sid + 2
+        method_field = _METHOD.get(method)
+        parts = [
+            method_field if method_field is not None else b"\x02" + _str(method),
+            _SCHEME_HTTP,
+            b"\x01" + _str(authority),
+            b"\x04" + _str(path),
+        ]
+        static = _STATIC_NAMES
+        for name, value in headers:
+            prefix = static.get(name)
+            parts.append(prefix + _str(value) if prefix else b"\x00" + _str(name) + _str(value))
+        block = b"".join(parts)
+        self._send_windows[sid] = _SendWindow(self.peer_initial_window)
+        self._recv_windows[sid] = self.stream_window
+        flags = END_STREAM if end_stream else 0
+        limit = self.peer_max_frame
+        if len(block) <= limit:
+            return sid, frame(HEADERS, flags | END_HEADERS, sid, block)
+        frames = [frame(HEADERS, flags, sid, block[:limit])]
+        for off in range(limit, len(block), limit):
+            last = off + limit >= len(block)
+            frames.append(frame(CONTINUATION, END_HEADERS if last else 0, sid, block[off : off + limit]))
+        return sid, b"".join(frames)
+
+    def sendable(self, stream_id: int) -> int:
+        """Body bytes this stream may send now (min of its window and the connection's)."""
+        window = self._send_windows.get(stream_id)
+        return 0 if window is None else min(window.window, self.conn_send_window)
+
+    def data(self, stream_id: int, payload: bytes | memoryview, end_stream: bool) -> bytes:
+        """DATA frames for ``payload`` (which must fit ``sendable``), split at the peer's frame size."""
+        n = len(payload)
+        window = self._send_windows[stream_id]
+        window.window -= n
+        self.conn_send_window -= n
+        flags = END_STREAM if end_stream else 0
+        limit = self.peer_max_frame
+        if n <= limit:
+            return frame(DATA, flags, stream_id, bytes(payload))
+        chunks = []
+        for off in range(0, n, limit):
+            last = off + limit >= n
+            chunks.append(frame(DATA, flags if last else 0, stream_id, bytes(payload[off : off + limit])))
+        return b"".join(chunks)
+
+    def reset(self, stream_id: int, code: int) -> bytes:
+        """RST_STREAM for a stream we give up on (§6.4); forgets its state."""
+        self.forget(stream_id)
+        return frame(RST_STREAM, 0, stream_id, code.to_bytes(4, "big"))
+
+    def goaway(self, code: int = NO_ERROR) -> bytes:
+        return frame(GOAWAY, 0, 0, (0).to_bytes(4, "big") + code.to_bytes(4, "big"))
+
+    def forget(self, stream_id: int) -> None:
+        """The stream is closed: drop its windows (later frames for it are only counted)."""
+        self._send_windows.pop(stream_id, None)
+        self._recv_windows.pop(stream_id, None)
+        self._recv_unacked.pop(stream_id, None)
+
+    def consumed(self, stream_id: int, nbytes: int) -> None:
+        """The reader took ``nbytes`` of this stream: return the credit in batches (§6.9)."""
+        window = self._recv_windows.get(stream_id)
+        if window is None:
+            return
+        pending = self._recv_unacked.get(stream_id, 0) + nbytes
+        if pending >= self.stream_window >> 2:
+            self._recv_windows[stream_id] = window + pending
+            self._recv_unacked[stream_id] = 0
+            self._out.append(frame(WINDOW_UPDATE, 0, stream_id, pending.to_bytes(4, "big")))
+        else:
+            self._recv_unacked[stream_id] = pending
+
+    # -- input ----------------------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        """Decode every complete frame in ``data`` (plus what was left over), calling the listener."""
+        buf = self._buf + data if self._buf else data
+        size = len(buf)
+        pos = 0
+        while size - pos >= 9:
+            length = (buf[pos] << 16) | (buf[pos + 1] << 8) | buf[pos + 2]
+            end = pos + 9 + length
+            if length > _RECV_FRAME_SIZE:
+                raise H2ProtocolError("frame larger than SETTINGS_MAX_FRAME_SIZE", FRAME_SIZE_ERROR)
+            if end > size:
+                break
+            kind = buf[pos + 3]
+            flags = buf[pos + 4]
+            sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & MAX_STREAM_ID
+            payload = buf[pos + 9 : end]
+            pos = end
+            if self._continuation is not None and kind != CONTINUATION:
+                raise H2ProtocolError("frame interleaved in a header block")
+            if kind == DATA:
+                self._on_data(sid, flags, payload, length)
+            elif kind == HEADERS:
+                self._on_headers(sid, flags, payload)
+            elif kind == CONTINUATION:
+                self._on_continuation(sid, flags, payload)
+            elif kind == SETTINGS:
+                self._on_settings(sid, flags, payload)
+            elif kind == WINDOW_UPDATE:
+                self._on_window_update(sid, payload)
+            elif kind == RST_STREAM:
+                if sid == 0 or length != 4:
+                    raise H2ProtocolError("malformed RST_STREAM", FRAME_SIZE_ERROR)
+                self.forget(sid)
+                self._listener.on_reset(sid, int.from_bytes(payload, "big"))
+            elif kind == PING:
+                if length != 8 or sid != 0:
+                    raise H2ProtocolError("malformed PING", FRAME_SIZE_ERROR)
+                if not flags & ACK:
+                    self._out.append(frame(PING, ACK, 0, payload))
+            elif kind == GOAWAY:
+                if sid != 0 or length < 8:
+                    raise H2ProtocolError("malformed GOAWAY", FRAME_SIZE_ERROR)
+                last = int.from_bytes(payload[:4], "big") & MAX_STREAM_ID
+                self._listener.on_goaway(last, int.from_bytes(payload[4:8], "big"))
+            elif kind == PUSH_PROMISE:
+                raise H2ProtocolError("PUSH_PROMISE with SETTINGS_ENABLE_PUSH=0")
+            # PRIORITY and unknown types: ignored (RFC 9113 §5.5, §6.3).
+        self._buf = buf[pos:] if pos < size else b""
+
+    def _on_data(self, sid: int, flags: int, payload: bytes, length: int) -> None:
+        if sid == 0:
+            raise H2ProtocolError("DATA on stream 0")
+        # Connection credit goes back at once (per-stream windows bound the buffering).
+        self._conn_recv_unacked += length
+        if self._conn_recv_unacked >= 1 << 30:
+            self._out.append(frame(WINDOW_UPDATE, 0, 0, self._conn_recv_unacked.to_bytes(4, "big")))
+            self._conn_recv_unacked = 0
+        if flags & PADDED:
+            pad = payload[0] if payload else 0
+            if pad >= len(payload):
+                raise H2ProtocolError("padding exceeds DATA payload")
+            payload = payload[1 : len(payload) - pad]
+        window = self._recv_windows.get(sid)
+        if window is None:
+            return  # a stream we reset or finished: only the connection window counted it
+        window -= length
+        if window < 0:
+            raise H2ProtocolError("peer overran a stream window", FLOW_CONTROL_ERROR)
+        self._recv_windows[sid] = window
+        end = bool(flags & END_STREAM)
+        if end:
+            self.forget(sid)
+        self._listener.on_data(sid, payload, length, end)
+
+    def _on_headers(self, sid: int, flags: int, payload: bytes) -> None:
+        if sid == 0:
+            raise H2ProtocolError("HEADERS on stream 0")
+        start = 0
+        stop = len(payload)
+        if flags & PADDED:
+            if not payload:
+                raise H2ProtocolError("malformed padded HEADERS")
+            start = 1
+            stop -= payload[0]
+        if flags & PRIORITY_FLAG:
+            start += 5
+        if start > stop:
+            raise H2ProtocolError("padding exceeds HEADERS payload")
+        block = payload[start:stop]
+        if flags & END_HEADERS:
+            self._headers_done(sid, flags, block)
+        else:
+            self._continuation = (sid, flags, bytearray(block))
+
+    def _on_continuation(self, sid: int, flags: int, payload: bytes) -> None:
+        pending = self._continuation
+        if pending is None or pending[0] != sid:
+            raise H2ProtocolError("unexpected CONTINUATION")
+        pending[2].extend(payload)
+        if flags & END_HEADERS:
+            self._continuation = None
+            self._headers_done(sid, pending[1], bytes(pending[2]))
+
+    def _headers_done(self, sid: int, flags: int, block: bytes) -> None:
+        try:
+            headers = self._decoder.decode(block, raw=True)
+        except hpack.HPACKError as exc:
+            raise H2ProtocolError(f"bad header block: {exc}", 9) from exc  # COMPRESSION_ERROR
+        end = bool(flags & END_STREAM)
+        if sid not in self._recv_windows:
+            return  # decoded anyway: the HPACK table must stay in step with the peer's
+        if end:
+            self.forget(sid)
+        self._listener.on_headers(sid, headers, end)  # type: ignore[arg-type]
+
+    def _on_settings(self, sid: int, flags: int, payload: bytes) -> None:
+        if sid != 0:
+            raise H2ProtocolError("SETTINGS on a stream")
+        if flags & ACK:
+            return
+        if len(payload) % 6:
+            raise H2ProtocolError("malformed SETTINGS", FRAME_SIZE_ERROR)
+        for off in range(0, len(payload), 6):
+            key = int.from_bytes(payload[off : off + 2], "big")
+            value = int.from_bytes(payload[off + 2 : off + 6], "big")
+            if key == S_MAX_CONCURRENT_STREAMS:
+                self.max_concurrent_streams = value
+            elif key == S_INITIAL_WINDOW_SIZE:
+                if value > MAX_WINDOW:
+                    raise H2ProtocolError("INITIAL_WINDOW_SIZE too large", FLOW_CONTROL_ERROR)
+                delta = value - self.peer_initial_window  # applies to open streams (§6.9.2)
+                self.peer_initial_window = value
+                for window in self._send_windows.values():
+                    window.window += delta
+            elif key == S_MAX_FRAME_SIZE:
+                if not 16384 <= value <= 2**24 - 1:
+                    raise H2ProtocolError("MAX_FRAME_SIZE out of range")
+                self.peer_max_frame = value
+        self._out.append(frame(SETTINGS, ACK, 0))
+        self._listener.on_settings()
+
+    def _on_window_update(self, sid: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise H2ProtocolError("malformed WINDOW_UPDATE", FRAME_SIZE_ERROR)
+        increment = int.from_bytes(payload, "big") & MAX_WINDOW
+        if sid == 0:
+            self.conn_send_window += increment
+            if self.conn_send_window > MAX_WINDOW:
+                raise H2ProtocolError("connection window overflow", FLOW_CONTROL_ERROR)
+        else:
+            window = self._send_windows.get(sid)
+            if window is None:
+                return
+            window.window += increment
+        self._listener.on_window()
