@@ -64,6 +64,7 @@ class Http1Connection(asyncio.Protocol):
         self._body: list[bytes] | None = None
         self._body_bytes = 0
         self._expect_continue = False
+        self._connection_header = False
         self._error: ErrorAnswer | None = None
         # Answers, oldest first; only the head writes to the socket.
         self._queue: deque[H1Responder] = deque()
@@ -138,6 +139,7 @@ class Http1Connection(asyncio.Protocol):
         self._body = None
         self._body_bytes = 0
         self._expect_continue = False
+        self._connection_header = False
         self._deadline = self._loop.time() + self._limits.read_timeout_s
 
     def on_url(self, url: bytes) -> None:
@@ -155,6 +157,8 @@ class Http1Connection(asyncio.Protocol):
             if int(value) > self._max_body:
                 self._error = TOO_LARGE
                 raise _Stop
+        elif name == b"connection":
+            self._connection_header = True
         elif name == b"expect" and value.lower() == b"100-continue":
             self._expect_continue = True
         self._headers.append((name, value))
@@ -192,7 +196,10 @@ class Http1Connection(asyncio.Protocol):
         body = b"" if parts is None else parts[0] if len(parts) == 1 else b"".join(parts)
         method = parser.get_method()
         keep_alive = parser.should_keep_alive() and not self._ctx.draining
-        resp = H1Responder(self, keep_alive, method == b"HEAD", parser.get_http_version() == "1.0")
+        # get_http_version() costs ~1 µs: only ask when HTTP/1.0 is possible (no keep-alive, or
+        # an explicit Connection header, which 1.0 needs for keep-alive).
+        http10 = (not keep_alive or self._connection_header) and parser.get_http_version() == "1.0"
+        resp = H1Responder(self, keep_alive, method == b"HEAD", http10)
         queue = self._queue
         queue.append(resp)
         self._deadline = 0.0
@@ -414,7 +421,8 @@ class H1Responder(Responder):
         allowed = body_allowed(status)
         # Encode before committing: a bad status or header raises with the answer still unsent,
         # so the handler's error path can still answer 500.
-        head, close = encode_h1_head(status, headers, len(body) if allowed else None, False, self._closes())
+        close = not self._keep_alive or ((conn._closing or conn._ctx.draining) and self._closes())
+        head, close = encode_h1_head(status, headers, len(body) if allowed else None, False, close)
         self._state = _DONE
         self._close = close
         if not allowed:

@@ -85,19 +85,19 @@ def encode_h1_head(
     statuses, or an HTTP/1.0 answer delimited by closing). A handler header ``connection:
     close`` forces ``close``.
     """
-    parts = [STATUS_LINES.get(status) or status_line(status)]
+    # Plain bytes concatenation beats list building + join for the usual handful of headers.
+    out = STATUS_LINES.get(status) or status_line(status)
     for name, value in headers:
         if name in _H1_FRAMING:
             if name == b"connection" and b"close" in value.lower():
                 close = True
             continue
-        parts += (name, b": ", value, b"\r\n")
+        out += name + b": " + value + b"\r\n"
     if content_length is not None:
-        parts.append(b"content-length: %d\r\n" % content_length)
+        out += b"content-length: %d\r\n" % content_length
     elif chunked:
-        parts.append(b"transfer-encoding: chunked\r\n")
-    parts.append(b"connection: close\r\n\r\n" if close else b"\r\n")
-    return b"".join(parts), close
+        out += b"transfer-encoding: chunked\r\n"
+    return out + (b"connection: close\r\n\r\n" if close else b"\r\n"), close
 
 
 def encode_chunk(data: bytes) -> bytes:
