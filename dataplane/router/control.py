@@ -82,7 +82,6 @@ class _Episodes:
 
 
 def _credentials(tls_ca: Path) -> grpc.ChannelCredentials:
-    # Read at startup: a missing CA file is a startup error, not a reconnect loop.
     try:
         return grpc.ssl_channel_credentials(root_certificates=tls_ca.read_bytes())
     except OSError as exc:
@@ -185,7 +184,7 @@ class ControlPlaneClient:
         # A worker the router does not know yet (or one that left): refresh the registry now.
         if message.removed_urls or any(url not in self._known_urls for url in self._load_views.views):
             self._refresh_workers.set()
-        self._target.apply_loads(self._load_views.views)
+        self._target.apply_loads(dict(self._load_views.views))
 
     async def _loads_loop(self) -> None:
         backoff = Backoff(self._settings.backoff_initial_s, self._settings.backoff_max_s)
@@ -219,16 +218,19 @@ class ControlPlaneClient:
 
     async def _workers_loop(self) -> None:
         while True:
+            # Cleared before the call: a refresh asked for while it runs triggers another one.
+            self._refresh_workers.clear()
             try:
                 response = await self._loads.ListWorkers(
                     load_pb2.ListWorkersRequest(), metadata=self._metadata, timeout=5.0
                 )
-            except grpc.aio.AioRpcError as exc:
-                self._episodes.failed("workers", exc)
-            else:
                 self._episodes.recovered("workers")
                 self.apply_registry(response.workers)
-            self._refresh_workers.clear()
+            except grpc.aio.AioRpcError as exc:
+                self._episodes.failed("workers", exc)
+            except Exception as exc:  # a bug must not end the subscription: log it, poll again
+                log.exception("control_plane_stream_error", stream="workers")
+                self._episodes.failed("workers", exc)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._settings.workers_poll_s):
                     await self._refresh_workers.wait()
@@ -312,8 +314,8 @@ def control_settings(
     if token is not None and (not token or not token.isprintable() or " " in token):
         raise ControlConfigError("--token: must be a non-empty printable string without spaces")
     ca = Path(tls_ca) if tls_ca else None
-    if ca is not None and not ca.is_file():
-        raise ControlConfigError(f"--tls-ca {str(ca)!r}: no such file")
+    if ca is not None:
+        _credentials(ca)  # an unreadable CA file is a startup error, not a reconnect loop
     return ControlSettings(target=target, router_id=router_id, token=token or None, tls_ca=ca)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -12,8 +13,8 @@ import grpc
 import pytest
 
 from controlplane.v1 import router_pb2, router_pb2_grpc
-from dataplane.router.control import subscription
-from dataplane.router.subscription import ControlSettings
+from dataplane.router.control import control_settings, subscription
+from dataplane.router.subscription import ControlConfigError, ControlSettings
 from tests.fakes.control_plane import running_control_plane
 
 from .conftest import eventually
@@ -52,10 +53,11 @@ async def test_router_token_subscribes_and_reports(tmp_path: Path, tokens_file: 
                 response = await stub.ListRouters(
                     router_pb2.ListRoutersRequest(), metadata=_auth("viewer-secret")
                 )
-                return [r.router_id for r in response.routers if r.connected] == ["edge-1"]
+                # Contracts too: the router-role token may watch them.
+                return [r.router_id for r in response.routers if r.up_to_date] == ["edge-1"]
 
             await eventually(listed)
-            assert router.contracts, "the router-role token may watch contracts"
+            assert router.contracts
             stats = await stub.GetRejectionStats(
                 router_pb2.GetRejectionStatsRequest(), metadata=_auth("viewer-secret")
             )
@@ -94,3 +96,43 @@ async def test_status_page_shows_routers_and_rejections(tmp_path: Path) -> None:
                 return "edge-&lt;1&gt;" in page and "temperature" in page
 
             await eventually(page_shows_router)
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def server_pki(tmp_path: Path) -> Path:
+    """A CA and a server certificate for 127.0.0.1 signed by it."""
+    d = tmp_path / "pki"
+    d.mkdir()
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
+             "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"))  # fmt: skip
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=server",
+             "-keyout", str(d / "server.key"), "-out", str(d / "server.csr"))  # fmt: skip
+    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    _openssl("x509", "-req", "-in", str(d / "server.csr"), "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
+             "-CAcreateserial", "-days", "1", "-extfile", str(d / "server.ext"), "-out", str(d / "server.pem"))  # fmt: skip
+    return d
+
+
+async def test_router_subscribes_over_tls_with_its_ca(tmp_path: Path, server_pki: Path) -> None:
+    """With --tls-ca the router verifies the control plane's certificate and subscribes over TLS."""
+    router = FakeRouter()
+    async with running_control_plane(
+        tmp_path, tls_cert=str(server_pki / "server.pem"), tls_key=str(server_pki / "server.key")
+    ) as plane:
+        settings = control_settings(str(plane.grpc_address), "tls-router", None, server_pki / "ca.pem")
+        async with subscription(settings, router) as client:
+
+            async def subscribed() -> bool:
+                return client.has_snapshot and router.connected
+
+            await eventually(subscribed)
+
+
+def test_unreadable_ca_file_is_a_startup_error(tmp_path: Path) -> None:
+    """A --tls-ca that cannot be read is refused at startup, naming the flag."""
+    with pytest.raises(ControlConfigError, match="--tls-ca"):
+        control_settings("127.0.0.1:50051", "r", None, tmp_path / "missing.pem")
