@@ -4,7 +4,7 @@ Each server runs in its own process on uvloop (one core's worth of Python); the 
 ``wrk`` (keep-alive HTTP/1.1, bounded duration) or, when wrk is missing, from the shared Python
 load generator ``bench/loadgen.py``. Server CPU per request is read from ``/proc``.
 
-    .venv/bin/python bench/http_server.py [--duration-s 3] [--connections 32]
+    .venv/bin/python bench/http_server.py [--duration-s 2] [--rounds 3] [--connections 32]
 
 wrk: ``apt-get install -y wrk`` (Debian/Ubuntu). Ratios are the figures to trust: the machine
 is shared and noisy.
@@ -107,28 +107,44 @@ def _pyload(port: int, duration_s: float, connections: int) -> tuple[int, float]
     return result.ok, time.perf_counter() - started
 
 
-def measure(kind: str, duration_s: float, connections: int) -> tuple[float, float]:
-    """(requests per second, server CPU microseconds per request) for one server kind."""
+def _start(kind: str) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen(
         [sys.executable, __file__, "--serve", kind], stdout=subprocess.PIPE, text=True, cwd=ROOT
     )
+    assert proc.stdout is not None
+    return proc, int(proc.stdout.readline())
+
+
+def measure(duration_s: float, connections: int, rounds: int) -> dict[str, tuple[float, float]]:
+    """Best (req/s, server CPU µs per request) per server over interleaved rounds.
+
+    All servers are up for the whole run and take turns, so a burst of load from other
+    processes on this shared machine hits them alike; the best round is the least disturbed.
+    """
+    load = _wrk if shutil.which("wrk") else _pyload
+    procs = {kind: _start(kind) for kind in SERVERS}
+    best: dict[str, tuple[float, float]] = {}
     try:
-        assert proc.stdout is not None
-        port = int(proc.stdout.readline())
-        load = _wrk if shutil.which("wrk") else _pyload
-        load(port, 1, connections)  # warm-up
-        cpu0 = _cpu_s(proc.pid)
-        count, elapsed = load(port, duration_s, connections)
-        cpu = _cpu_s(proc.pid) - cpu0
-        return count / elapsed, cpu / count * 1e6
+        for _, port in procs.values():
+            load(port, 1, connections)  # warm-up
+        for _ in range(rounds):
+            for kind, (proc, port) in procs.items():
+                cpu0 = _cpu_s(proc.pid)
+                count, elapsed = load(port, duration_s, connections)
+                rps, cpu_us = count / elapsed, (_cpu_s(proc.pid) - cpu0) / count * 1e6
+                old = best.get(kind)
+                best[kind] = (rps, cpu_us) if old is None else (max(old[0], rps), min(old[1], cpu_us))
     finally:
-        proc.terminate()
-        proc.wait(5)
+        for proc, _ in procs.values():
+            proc.terminate()
+            proc.wait(5)
+    return best
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--duration-s", type=float, default=3.0)
+    parser.add_argument("--duration-s", type=float, default=2.0, help="per server per round")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--serve", choices=SERVERS, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -142,8 +158,11 @@ def main() -> int:
         gen = "wrk -t1"
     else:
         gen = "bench/loadgen.py (wrk not found: `apt-get install -y wrk` for the reference figures)"
-    print(f"load: {gen}, {args.connections} keep-alive connections, {args.duration_s:g} s per server")
-    results = {kind: measure(kind, args.duration_s, args.connections) for kind in SERVERS}
+    print(
+        f"load: {gen}, {args.connections} keep-alive connections, "
+        f"best of {args.rounds} interleaved rounds of {args.duration_s:g} s per server"
+    )
+    results = measure(args.duration_s, args.connections, args.rounds)
     base_rps, base_cpu = results["aiohttp"]
     print(f"{'server':<18} {'req/s':>9} {'vs aiohttp':>11} {'CPU us/req':>11} {'vs aiohttp':>11}")
     for kind, (rps, cpu) in results.items():
