@@ -246,7 +246,10 @@ class Proxy:
         metrics = self._metrics
         tried: list[Worker] = []
         while True:
-            candidates = [w for w in group if w.healthy and w not in tried]
+            if tried:
+                candidates: Sequence[Worker] = [w for w in group if w.healthy and w not in tried]
+            else:
+                candidates = [w for w in group if w.healthy]
             if not candidates:
                 err = UpstreamUnreachable() if tried else NoHealthyWorkers()
                 return self._error(responder, err, extra)
