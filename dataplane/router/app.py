@@ -21,6 +21,7 @@ from dataplane.router.balancer import Balancer
 from dataplane.router.control import control_settings, subscription
 from dataplane.router.disconnects import DisconnectSweeper
 from dataplane.router.discovery import DiscoveryError, discover
+from dataplane.router.health import WorkerHealth
 from dataplane.router.metrics import RouterMetrics
 from dataplane.router.proxy import Proxy, ProxyConfig
 from dataplane.router.settings import RouterSettings
@@ -57,6 +58,9 @@ class Router:
             ProxyConfig(request_timeout_s=settings.request_timeout_s, retry_attempts=settings.retry_attempts),
         )
         self.server: HttpServer | None = None
+        # Passive ejection + /health probing back (SPEC §5), re-attached on every worker-set change.
+        self.health = WorkerHealth(lambda: self.state.workers.workers)
+        self.state.on_change(self.health.attach)
 
     async def register_workers(self) -> None:
         """Standalone mode: discover every ``--worker`` (protocol, models) and apply the set."""
@@ -75,6 +79,7 @@ class Router:
         settings = self.settings
         limits = ServerLimits(max_body_bytes=settings.max_body_bytes)
         self.sweeper.start()
+        self.health.start()
         try:
             self.server = await start_server(
                 self.proxy.handle,
@@ -85,6 +90,7 @@ class Router:
             )
         except OSError as exc:
             await self.sweeper.stop()
+            await self.health.stop()
             raise StartupError(
                 f"--listen {settings.listen_host}:{settings.listen_port}: {exc.strerror or exc}"
             ) from None
@@ -96,6 +102,7 @@ class Router:
             await self.server.drain(self.settings.drain_grace_s if grace_s is None else grace_s)
             self.server = None
         await self.sweeper.stop()
+        await self.health.stop()
         await self.state.close()
 
 

@@ -192,11 +192,60 @@ class HealthProber:
             targets = [t for t in self._targets() if t.url in due]
             results = await asyncio.gather(*(self._probe(t) for t in targets))
             for target, ok in zip(targets, results, strict=True):
-                if self._tracker.record_probe(target.url, ok):
-                    log.info("worker restored", worker=target.url)
+                self._tracker.record_probe(target.url, ok)
 
     async def _probe(self, target: ProbeTarget) -> bool:
         try:
             return await probe_health(target.pool, self._tracker.policy.probe_timeout_s)
         except (RouterError, OSError, TimeoutError):
             return False
+
+
+class HealthSubject(ProbeTarget, Protocol):
+    """A worker as health sees it (``workers.Worker`` fits): probe target plus the two flags."""
+
+    healthy: bool
+    health: HealthTracker | None
+
+
+class WorkerHealth:
+    """The router's health component: one tracker and one prober over the current worker set.
+
+    ``attach`` (called after every worker-set change) points each worker at the tracker, so the
+    request path's ``worker.record_failure()`` feeds passive ejection; transitions flip
+    ``worker.healthy``, which is all the balancer reads.
+    """
+
+    def __init__(
+        self, workers: Callable[[], Iterable[HealthSubject]], policy: HealthPolicy | None = None
+    ) -> None:
+        self._workers = workers
+        self.tracker = HealthTracker(policy or HealthPolicy(), on_change=self._changed)
+        self.prober = HealthProber(self.tracker, workers)
+        self.ejections: dict[str, int] = {}
+
+    def attach(self) -> None:
+        urls = set()
+        for worker in self._workers():
+            worker.health = self.tracker
+            worker.healthy = self.tracker.healthy(worker.url)
+            urls.add(worker.url)
+        for url in set(self.tracker.ejected()) - urls:
+            self.tracker.forget(url)
+
+    def start(self) -> None:
+        self.prober.start()
+
+    async def stop(self) -> None:
+        await self.prober.stop()
+
+    def _changed(self, url: str, healthy: bool) -> None:
+        for worker in self._workers():
+            if worker.url == url:
+                worker.healthy = healthy
+        if healthy:
+            log.info("worker back in rotation after a good /health probe", worker=url)
+        else:
+            self.ejections[url] = self.ejections.get(url, 0) + 1
+            log.warning("worker ejected after consecutive failures", worker=url)
+            self.prober.poke()

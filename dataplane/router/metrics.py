@@ -158,6 +158,14 @@ class _Collector(Collector):
         for worker in state.workers.workers:
             inflight.add_metric([worker.url], worker.inflight)
         yield inflight
+        healthy = GaugeMetricFamily(
+            "fleetplane_worker_healthy",
+            "1 while the worker is in rotation, 0 while ejected after consecutive failures (SPEC §5).",
+            labels=["worker"],
+        )
+        for worker in state.workers.workers:
+            healthy.add_metric([worker.url], 1 if worker.healthy else 0)
+        yield healthy
         yield GaugeMetricFamily(
             "fleetplane_admission_queue_depth",
             "Requests waiting for an admission slot.",

@@ -15,10 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 from dataplane.router.upstream import UpstreamPool
+
+if TYPE_CHECKING:
+    from dataplane.router.health import HealthTracker
 
 HTTP1 = "http1"
 H2C = "h2c"
@@ -95,6 +98,7 @@ class Worker:
     __slots__ = (
         "consecutive_failures",
         "engine_load",
+        "health",
         "healthy",
         "inflight",
         "inflight_at_view",
@@ -112,6 +116,7 @@ class Worker:
         self.models = spec.models
         self.pool = pool
         self.healthy = True
+        self.health: HealthTracker | None = None  # passive ejection (health.WorkerHealth.attach)
         self.inflight = 0  # requests this router has sent and not finished (streams included)
         self.consecutive_failures = 0
         # Engine load from the control plane's FRESH view (SPEC §7): running + waiting requests.
@@ -135,7 +140,10 @@ class Worker:
 
     def record_success(self) -> None:
         """An exchange completed: the worker answers."""
-        self.consecutive_failures = 0
+        if self.consecutive_failures:
+            self.consecutive_failures = 0
+            if self.health is not None:
+                self.health.record_success(self.url)
 
     def record_failure(self) -> None:
         """An exchange failed at the transport (unreachable, dropped, timed out).
@@ -143,6 +151,8 @@ class Worker:
         Passive ejection (issue 7) decides here when ``healthy`` turns False.
         """
         self.consecutive_failures += 1
+        if self.health is not None and self.health.record_failure(self.url):
+            self.healthy = False
 
     def __repr__(self) -> str:
         return f"<Worker {self.url} {self.protocol} models={list(self.models)} inflight={self.inflight}>"
