@@ -85,14 +85,25 @@ class RolloutBoard:
         """True when a record changed since the last ``take_dirty()``."""
         return bool(self._dirty)
 
-    def view(self, current_revision: int) -> list[RouterView]:
-        """Every known router, sorted by id, judged against the store's current revision."""
-        return [
-            RouterView(
-                record=record,
-                connected=self.is_connected(router_id),
-                # A router that could not apply the newest snapshot is behind, whatever it holds.
-                up_to_date=record.applied_revision == current_revision and not record.apply_error,
+    def view(
+        self, current_revision: int, *, now_unix_s: float = 0.0, forget_after_s: float = float("inf")
+    ) -> list[RouterView]:
+        """Every known router, sorted by id, judged against the store's current revision.
+
+        A disconnected router silent for longer than ``forget_after_s`` is left out: routers
+        that were replaced (a new id per host and process) must not fill the view forever.
+        """
+        views: list[RouterView] = []
+        for router_id, record in sorted(self._records.items()):
+            connected = self.is_connected(router_id)
+            if not connected and now_unix_s - record.last_report_unix_s > forget_after_s:
+                continue
+            views.append(
+                RouterView(
+                    record=record,
+                    connected=connected,
+                    # A router that could not apply the newest snapshot is behind, whatever it holds.
+                    up_to_date=record.applied_revision == current_revision and not record.apply_error,
+                )
             )
-            for router_id, record in sorted(self._records.items())
-        ]
+        return views

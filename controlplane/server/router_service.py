@@ -39,6 +39,8 @@ MAX_ID_CHARS = 256
 MAX_APPLY_ERROR_CHARS = 4096
 # A report carries one entry per (scope, param); 8 fields x 1024 scopes is far past any real fleet.
 MAX_REJECTION_ENTRIES = 8192
+# The rollout view leaves out a disconnected router silent this long (its counts stay in the totals).
+FORGET_ROUTER_AFTER_S = 24 * 3600.0
 
 
 class ReportInvalid(Exception):
@@ -91,11 +93,13 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
         current_revision: Callable[[], Awaitable[int]],
         *,
         flush_interval_s: float = 1.0,
+        forget_after_s: float = FORGET_ROUTER_AFTER_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
         self._current_revision = current_revision
         self._flush_interval_s = flush_interval_s
+        self._forget_after_s = forget_after_s
         self._clock = clock
         self._board = RolloutBoard()
         self._ledger = RejectionLedger()
@@ -123,8 +127,10 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
             self._flusher = None
 
     def views(self, current_revision: int) -> list[RouterView]:
-        """The rollout view (for the status page)."""
-        return self._board.view(current_revision)
+        """The rollout view (ListRouters and the status page)."""
+        return self._board.view(
+            current_revision, now_unix_s=self._clock(), forget_after_s=self._forget_after_s
+        )
 
     def totals(self) -> RejectionTotals:
         """The rejection totals (for the status page)."""
@@ -224,7 +230,7 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
                     last_report_time=_timestamp(v.record.last_report_unix_s),
                     up_to_date=v.up_to_date,
                 )
-                for v in self._board.view(current)
+                for v in self.views(current)
             ],
         )
 

@@ -56,3 +56,12 @@ def test_only_status_changes_are_dirty_not_the_report_time() -> None:
     assert board.take_dirty() == []
     board.report(_record(applied=4))
     assert [r.applied_revision for r in board.take_dirty()] == [4]
+
+
+def test_long_silent_disconnected_router_leaves_the_view_but_a_connected_one_stays() -> None:
+    """A disconnected router silent past the retention is dropped; a connected one never is."""
+    board = RolloutBoard([_record("gone"), _record("live")])  # last report at t=100
+    board.stream_opened("live")
+    ids = [v.record.router_id for v in board.view(3, now_unix_s=100 + 61, forget_after_s=60)]
+    assert ids == ["live"]
+    assert [v.record.router_id for v in board.view(3, now_unix_s=150, forget_after_s=60)] == ["gone", "live"]
