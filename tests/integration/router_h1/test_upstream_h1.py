@@ -1,0 +1,196 @@
+"""The HTTP/1.1 upstream pool against scripted loopback servers (framing, reuse, failures)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from dataplane.router.upstream import UpstreamBodyIncomplete, UpstreamTimeout, UpstreamUnreachable
+from dataplane.router.upstream_h1 import H1Pool
+
+Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def _read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return head, await reader.readexactly(length)
+
+
+class Server:
+    """A loopback server running ``script`` per connection; counts connections."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> Server:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.connections += 1
+            try:
+                await self.script(reader, writer)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+            finally:
+                writer.close()
+
+        self.server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return int(self.server.sockets[0].getsockname()[1])
+
+
+async def _body(chunks: AsyncIterator[bytes]) -> bytes:
+    return b"".join([c async for c in chunks])
+
+
+async def test_keep_alive_reuses_one_connection() -> None:
+    """Sequential requests reuse the same connection; the small answer is buffered whole."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head, body = await _read_request(reader)
+            assert b"\r\nhost: 127.0.0.1:" in head and b"content-length: %d" % len(body) in head
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-Echo: yes\r\n\r\n%s" % (len(body), body)
+            )
+
+    async with Server(script) as server:
+        pool = H1Pool("127.0.0.1", server.port)
+        for i in range(3):
+            resp = await pool.request(b"POST", b"/x", [(b"content-type", b"a/b")], b"body%d" % i, timeout_s=5)
+            assert resp.status == 200
+            assert (b"x-echo", b"yes") in resp.headers
+            assert all(n != b"content-length" for n, _ in resp.headers)
+            assert resp.buffered_body() == b"body%d" % i
+        assert server.connections == 1
+        await pool.close()
+
+
+async def test_chunked_answer_streams_chunk_by_chunk() -> None:
+    """A chunked answer is handed over as its chunks arrive, without its framing."""
+    release = asyncio.Event()
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n5\r\nfirst\r\n"
+        )
+        await writer.drain()
+        await release.wait()
+        writer.write(b"6\r\nsecond\r\n0\r\n\r\n")
+        await writer.drain()
+
+    async with Server(script) as server:
+        pool = H1Pool("127.0.0.1", server.port)
+        resp = await pool.request(b"POST", b"/s", [], b"{}", timeout_s=5)
+        assert resp.buffered_body() is None
+        assert [n for n, _ in resp.headers] == []  # transfer-encoding and connection removed
+        chunks = resp.chunks()
+        assert await anext(chunks) == b"first"
+        release.set()
+        assert await anext(chunks) == b"second"
+        with pytest.raises(StopAsyncIteration):
+            await anext(chunks)
+        await pool.close()
+
+
+async def test_connection_refused_is_unreachable() -> None:
+    """Nothing listening: UpstreamUnreachable (safe to retry elsewhere)."""
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    with pytest.raises(UpstreamUnreachable):
+        await H1Pool("127.0.0.1", port).request(b"GET", b"/", [], b"", timeout_s=2)
+
+
+async def test_drop_before_answer_is_body_incomplete() -> None:
+    """A worker that reads the request and closes is UpstreamBodyIncomplete, not retryable."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+
+    async with Server(script) as server:
+        with pytest.raises(UpstreamBodyIncomplete):
+            await H1Pool("127.0.0.1", server.port).request(b"POST", b"/", [], b"{}", timeout_s=5)
+
+
+async def test_drop_mid_body_is_body_incomplete() -> None:
+    """A worker closing before the announced length arrived ends the chunks with an error."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
+        await writer.drain()
+
+    async with Server(script) as server:
+        resp = await H1Pool("127.0.0.1", server.port).request(b"POST", b"/", [], b"{}", timeout_s=5)
+        with pytest.raises(UpstreamBodyIncomplete):
+            await _body(resp.chunks())
+
+
+async def test_close_delimited_body_is_complete() -> None:
+    """A body without length that ends with the connection is complete (RFC 9112 §6.3)."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it")
+        await writer.drain()
+
+    async with Server(script) as server:
+        resp = await H1Pool("127.0.0.1", server.port).request(b"POST", b"/", [], b"{}", timeout_s=5)
+        body = resp.buffered_body()
+        assert (body if body is not None else await _body(resp.chunks())) == b"all of it"
+
+
+async def test_deadline_is_upstream_timeout_and_connection_not_reused() -> None:
+    """Past timeout_s the request fails with UpstreamTimeout and its connection is dropped."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            _, body = await _read_request(reader)
+            if body == b"slow":
+                await asyncio.sleep(5)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    async with Server(script) as server:
+        pool = H1Pool("127.0.0.1", server.port)
+        with pytest.raises(UpstreamTimeout):
+            await pool.request(b"POST", b"/", [], b"slow", timeout_s=0.2)
+        resp = await pool.request(b"POST", b"/", [], b"fast", timeout_s=2)
+        assert resp.buffered_body() == b"ok"
+        assert server.connections == 2
+        await pool.close()
+
+
+async def test_abort_closes_the_connection() -> None:
+    """Aborting a streaming answer (client gone) closes that connection instead of reusing it."""
+    closed = asyncio.Event()
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
+        await writer.drain()
+        if not await reader.read(1):
+            closed.set()
+
+    async with Server(script) as server:
+        pool = H1Pool("127.0.0.1", server.port)
+        resp = await pool.request(b"POST", b"/", [], b"{}", timeout_s=5)
+        assert await anext(resp.chunks()) == b"abc"
+        resp.abort()
+        await asyncio.wait_for(closed.wait(), 2)
