@@ -19,6 +19,7 @@ import structlog
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from controlplane.contracts import FIELD_BY_NAME
+from controlplane.errors import InvalidArgument
 from controlplane.routers.page import render_rejections, render_routers
 from controlplane.routers.rejections import RejectionLedger, RejectionTotals
 from controlplane.routers.rollout import RolloutBoard, RouterRecord, RouterView
@@ -43,7 +44,7 @@ MAX_REJECTION_ENTRIES = 8192
 FORGET_ROUTER_AFTER_S = 24 * 3600.0
 
 
-class ReportInvalid(Exception):
+class ReportInvalid(InvalidArgument):
     """A status report that cannot be accepted; the message names the field (INVALID_ARGUMENT)."""
 
 
@@ -179,14 +180,12 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
         router_id: str | None = None
         try:
             async for request in request_iterator:
-                try:
-                    counts = parse_report(request)
-                    if router_id is not None and request.router_id != router_id:
-                        raise ReportInvalid(
-                            f"router_id: changed within one stream ({router_id!r} -> {request.router_id!r})"
-                        )
-                except ReportInvalid as exc:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                # ReportInvalid ends the stream; the interceptor maps it to INVALID_ARGUMENT.
+                counts = parse_report(request)
+                if router_id is not None and request.router_id != router_id:
+                    raise ReportInvalid(
+                        f"router_id: changed within one stream ({router_id!r} -> {request.router_id!r})"
+                    )
                 if router_id is None:
                     router_id = request.router_id
                     self._board.stream_opened(router_id)

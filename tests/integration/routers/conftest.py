@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from controlplane.server.interceptor import ServiceInterceptor
 from controlplane.server.router_service import RouterService
 from controlplane.store.database import SqliteDatabase
 from controlplane.store.routers import SqliteRouterStatsStore
@@ -36,7 +37,7 @@ async def start_router_plane(db: Path, revision: list[int], flush_interval_s: fl
 
     service = RouterService(store, current_revision, flush_interval_s=flush_interval_s)
     await service.start()
-    server = grpc.aio.server()
+    server = grpc.aio.server(interceptors=[ServiceInterceptor(None)])  # errors -> statuses
     router_pb2_grpc.add_RouterServiceServicer_to_server(service, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
