@@ -41,6 +41,15 @@ class ServerContext:
             self.drained.set()
 
 
+def close_idle(transport: asyncio.Transport) -> None:
+    """Close a timed-out connection; abort it when output is still stuck in its buffer (a client
+    that stopped reading would otherwise keep it open as long as it likes)."""
+    if transport.get_write_buffer_size():
+        transport.abort()
+    else:
+        transport.close()
+
+
 def set_nodelay(transport: asyncio.BaseTransport) -> None:
     """TCP_NODELAY on every accepted socket (SPEC §5): small answers and SSE events never wait."""
     sock = transport.get_extra_info("socket")

@@ -15,7 +15,7 @@ from typing import cast
 
 import httptools
 
-from dataplane.http.context import ServerContext, set_nodelay
+from dataplane.http.context import ServerContext, close_idle, set_nodelay
 from dataplane.http.http2 import Http2Connection
 from dataplane.http.request import ClientDisconnected, Request, Responder, dispatch
 from dataplane.http.wire import (
@@ -332,7 +332,12 @@ class Http1Connection(asyncio.Protocol):
     async def _wait_writable(self) -> None:
         fut = self._loop.create_future()
         self._drain_waiters.append(fut)
-        await fut
+        try:
+            await asyncio.wait_for(fut, self._limits.write_timeout_s)
+        except TimeoutError:
+            # The client stopped reading: it must not hold the connection (and its handler) forever.
+            self.kill()
+            raise ClientDisconnected from None
 
     def _wake_writers(self) -> None:
         waiters, self._drain_waiters = self._drain_waiters, []
@@ -350,11 +355,11 @@ class Http1Connection(asyncio.Protocol):
         if not deadline or now < deadline or self._transport is None:
             return
         if self._lingering:
-            self._transport.close()
+            self._transport.abort()
         elif self._in_message:
             self._fail(TIMED_OUT)
         elif not self._queue:
-            self._transport.close()
+            close_idle(self._transport)
 
     def shutdown(self) -> None:
         if not self._queue and not self._in_message and self._transport is not None:

@@ -28,7 +28,7 @@ from h2.exceptions import H2Error, ProtocolError
 from h2.settings import SettingCodes, Settings
 from hyperframe.frame import GoAwayFrame
 
-from dataplane.http.context import ServerContext, set_nodelay
+from dataplane.http.context import ServerContext, close_idle, set_nodelay
 from dataplane.http.request import ClientDisconnected, Request, Responder, dispatch
 from dataplane.http.wire import TIMED_OUT, TOO_LARGE, Headers, body_allowed, h2_response_headers
 
@@ -328,7 +328,12 @@ class Http2Connection(asyncio.Protocol):
     async def _wait_writable(self) -> None:
         fut = self._loop.create_future()
         self._drain_waiters.append(fut)
-        await fut
+        try:
+            await asyncio.wait_for(fut, self._limits.write_timeout_s)
+        except TimeoutError:
+            # The client stopped reading the connection: abort it rather than wait forever.
+            self.kill()
+            raise ClientDisconnected from None
 
     def _wake_writers(self) -> None:
         waiters, self._drain_waiters = self._drain_waiters, []
@@ -368,7 +373,9 @@ class Http2Connection(asyncio.Protocol):
     def _goaway_and_close(self) -> None:
         with contextlib.suppress(H2Error):
             self._h2.close_connection(last_stream_id=self._last_stream_id)
-        self._close_transport()
+        self._flush()
+        if self._transport is not None and not self._transport.is_closing():
+            close_idle(self._transport)
 
     def kill(self) -> None:
         if self._transport is not None:
@@ -475,7 +482,12 @@ class H2Responder(Responder):
         if pending is not None and len(pending) > conn._limits.h2_stream_buffer_bytes:
             fut = self._flow_waiter = conn._loop.create_future()
             try:
-                await fut
+                await asyncio.wait_for(fut, conn._limits.write_timeout_s)
+            except TimeoutError:
+                # The client gave this stream no credit for too long: reset it (RFC 9113 §5.2.2
+                # leaves it to the server to bound a stalled stream).
+                self.abort()
+                raise ClientDisconnected from None
             finally:
                 self._flow_waiter = None
             if self._disc:

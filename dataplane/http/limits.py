@@ -22,6 +22,8 @@ class ServerLimits:
     max_header_bytes: int = 64 * 1024
     idle_timeout_s: float = 75.0
     read_timeout_s: float = 30.0
+    # A ``write`` blocked this long on a client that does not read aborts that client.
+    write_timeout_s: float = 60.0
     # HTTP/1.1: requests parsed ahead of their answers before reading pauses (pipelining depth).
     h1_max_pipelined: int = 16
     h2_max_concurrent_streams: int = 1000
@@ -39,7 +41,7 @@ class ServerLimits:
         for name in ("max_body_bytes", "max_header_bytes", "h1_max_pipelined", "h2_max_concurrent_streams"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ServerLimits.{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("idle_timeout_s", "read_timeout_s"):
+        for name in ("idle_timeout_s", "read_timeout_s", "write_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"ServerLimits.{name} must be positive, got {getattr(self, name)}")
         if not 65535 <= self.h2_initial_window_bytes <= 2**31 - 1:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 
 from dataplane.http.context import ServerContext
 from dataplane.http.http1 import Http1Connection
 from dataplane.http.limits import ServerLimits
 from dataplane.http.request import Handler
+
+_log = logging.getLogger("dataplane.http")
 
 
 class HttpServer:
@@ -80,7 +83,10 @@ class HttpServer:
             await asyncio.sleep(interval)
             now = loop.time()
             for conn in list(self._ctx.connections):
-                conn.check_timeouts(now)
+                try:
+                    conn.check_timeouts(now)
+                except Exception:  # a bug here must not end timeout enforcement for everyone
+                    _log.exception("http timeout check failed")
 
 
 async def start_server(

@@ -408,3 +408,26 @@ async def test_disconnect_callback_runs_once_when_the_client_leaves() -> None:
         await asyncio.wait_for(gone.wait(), 3)
         await asyncio.sleep(0.05)
         assert calls == ["replaced", "late"]
+
+
+async def test_client_that_stops_reading_hits_the_write_timeout() -> None:
+    """A streamed answer to a client that never reads fails with ClientDisconnected after write_timeout_s."""
+    outcome: asyncio.Queue[str] = asyncio.Queue()
+
+    async def flood(req: Request, resp: Responder) -> None:
+        resp.start(200, TEXT)
+        try:
+            while True:
+                await resp.write(b"x" * 65536)
+        except ClientDisconnected:
+            await outcome.put("disconnected")
+
+    async with serving(flood, write_timeout_s=0.3) as server:
+        _rd, wr = await h1_open(server.port)
+        wr.write(get())
+        started = asyncio.get_running_loop().time()
+        assert await asyncio.wait_for(outcome.get(), 5) == "disconnected"
+        assert asyncio.get_running_loop().time() - started < 3
+        await asyncio.sleep(0.05)
+        assert server.connection_count == 0
+        wr.close()

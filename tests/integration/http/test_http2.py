@@ -7,7 +7,7 @@ import json
 
 from h2.errors import ErrorCodes
 
-from dataplane.http import Request, Responder
+from dataplane.http import ClientDisconnected, Request, Responder
 from tests.integration.http.conftest import H2Client, serving
 
 TEXT = [(b"content-type", b"text/plain")]
@@ -243,4 +243,30 @@ async def test_invalid_answer_from_handler_becomes_500() -> None:
     async with serving(bad) as server:
         client = await H2Client.open(server.port)
         assert (await client.response(client.request(b"GET", b"/"))).status == 500
+        await client.close()
+
+
+async def test_stream_without_credit_is_reset_after_the_write_timeout() -> None:
+    """A stream the client gives no credit is reset after write_timeout_s; the connection keeps serving."""
+    outcome: asyncio.Queue[str] = asyncio.Queue()
+
+    async def answer(req: Request, resp: Responder) -> None:
+        if req.path != b"/flood":
+            resp.respond(200, TEXT, b"ok")
+            return
+        resp.start(200, TEXT)
+        try:
+            while True:
+                await resp.write(b"x" * 65536)
+        except ClientDisconnected:
+            await outcome.put("disconnected")
+
+    async with serving(answer, write_timeout_s=0.3) as server:
+        client = await H2Client.open(server.port)
+        flood = client.request(b"GET", b"/flood")
+        client.no_ack.add(flood)
+        assert await asyncio.wait_for(outcome.get(), 5) == "disconnected"
+        st = await client.response(flood)
+        assert st.reset == ErrorCodes.INTERNAL_ERROR
+        assert bytes((await client.response(client.request(b"GET", b"/x"))).body) == b"ok"
         await client.close()
