@@ -1,0 +1,111 @@
+"""Router resilience with real processes: mixed protocols, workers dying, ejection and recovery (SPEC §5)."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from tests.fakes.engine_sim import EngineSim
+from tests.fakes.router import RouterProcess
+
+from .conftest import open_stream, post_chat, read_events, wait_for
+
+
+def _healthy(router: RouterProcess, url: str) -> float | None:
+    return router.metrics().get(f'fleetplane_worker_healthy{{worker="{url}"}}')
+
+
+def _upstream_ok(router: RouterProcess, protocol: str) -> float:
+    return sum(
+        v
+        for k, v in router.metrics().items()
+        if k.startswith("fleetplane_upstream_requests_total")
+        and f'protocol="{protocol}"' in k
+        and 'outcome="ok"' in k
+    )
+
+
+def test_mixed_http1_and_h2c_pool() -> None:
+    """One HTTP/1.1 and two h2c workers (one discovered, one forced) all serve, streaming or not."""
+    with (
+        EngineSim() as h1,
+        EngineSim("--http2") as h2_auto,
+        EngineSim("--http2") as h2_forced,
+        RouterProcess(
+            "--policy",
+            "round_robin",
+            "--worker",
+            h1.url,
+            "--worker",
+            h2_auto.url,
+            "--worker",
+            f"h2c://{h2_forced.host}:{h2_forced.port}",
+        ) as router,
+    ):
+        for i in range(18):
+            status, _, body = post_chat(router.port, 4, stream=i % 2 == 1)
+            assert status == 200, body
+            if i % 2:
+                assert body.rstrip().endswith(b"data: [DONE]")
+            else:
+                assert json.loads(body)["object"] == "chat.completion"
+        assert _upstream_ok(router, "h2c") == 12
+        assert _upstream_ok(router, "http1") == 6
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "h2c"])
+def test_engine_killed_mid_stream_ends_with_sse_error(http2: bool) -> None:
+    """A worker dying mid-stream ends the client's SSE stream with an upstream_body_incomplete event."""
+    flags = ["--decode-tokens-per-s", "50", *(["--http2"] if http2 else [])]
+    with EngineSim(*flags) as sim, RouterProcess("--worker", sim.url) as router:
+        conn, resp = open_stream(router.port, max_tokens=500)
+        try:
+            assert resp.status == 200
+            first = resp.read1(65536)
+            assert first.startswith(b"data: ")
+            sim._proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+            events = read_events(resp)
+        finally:
+            conn.close()
+        assert events, "the stream ended without any event"
+        last = events[-1]
+        assert last.startswith(b"event: error\ndata: ")
+        assert json.loads(last.split(b"data: ", 1)[1])["error"]["code"] == "upstream_body_incomplete"
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "h2c"])
+def test_engine_killed_before_a_plain_answer_is_502(http2: bool) -> None:
+    """A worker dying before a non-streaming answer gives 502 upstream_body_incomplete (never retried)."""
+    flags = ["--decode-tokens-per-s", "20", *(["--http2"] if http2 else [])]
+    with EngineSim(*flags) as sim, RouterProcess("--worker", sim.url) as router:
+        import threading
+
+        killer = threading.Timer(0.5, lambda: sim._proc.send_signal(signal.SIGKILL))  # type: ignore[union-attr]
+        killer.start()
+        status, headers, body = post_chat(router.port, max_tokens=200)
+        killer.join()
+        assert status == 502
+        assert headers["x-router-error-code"] == "upstream_body_incomplete"
+        assert json.loads(body)["error"]["code"] == "upstream_body_incomplete"
+        assert sim.url.split("//")[1].encode() not in body  # no worker address revealed
+
+
+def test_dead_worker_is_ejected_and_probed_back() -> None:
+    """With one worker dead every request is still answered 200; it is ejected, then restored on return."""
+    with EngineSim() as good, EngineSim("--http2") as doomed:
+        port = doomed.port
+        with RouterProcess("--policy", "round_robin", "--worker", good.url, "--worker", doomed.url) as router:
+            assert post_chat(router.port)[0] == 200
+            doomed.stop()
+            statuses = [post_chat(router.port)[0] for _ in range(20)]
+            assert statuses == [200] * 20
+            assert _healthy(router, doomed.url) == 0
+            assert _healthy(router, good.url) == 1
+            with EngineSim("--http2", "--listen", f"127.0.0.1:{port}"):
+                assert wait_for(lambda: _healthy(router, doomed.url) == 1, timeout_s=20, interval_s=0.2)
+                before = _upstream_ok(router, "h2c")
+                statuses = [post_chat(router.port)[0] for _ in range(10)]
+                assert statuses == [200] * 10
+                assert _upstream_ok(router, "h2c") > before
