@@ -37,6 +37,17 @@ Header names given to the responder must be lower-case bytes; framing and connec
 headers (``content-length``, ``transfer-encoding``, ``connection``, ``keep-alive``, and on h2
 ``upgrade``, ``te``, ``proxy-connection``) are owned by the server and dropped.
 
+Limits (``ServerLimits``): ``max_body_bytes`` (413 before buffering: an announced length is
+refused at once, chunked/h2 data as soon as it passes the limit), ``max_header_bytes`` (431),
+``read_timeout_s`` (first byte to last byte of a request, else 408), ``idle_timeout_s``
+(keep-alive connection without a request; h2: without a stream, then GOAWAY),
+``write_timeout_s`` (a ``write`` blocked that long on a client that does not read: HTTP/1.1
+connection aborted, h2 stream reset, ``ClientDisconnected``), pipelining depth, h2 windows
+(16 MiB stream and connection windows by default), h2 max concurrent streams.
+
+A client that closes its side of the connection (EOF) counts as gone. A peer GOAWAY ends an
+h2 connection at once (python-h2 cannot send after receiving one).
+
 A handler that raises gets a 500 with the SPEC §5 envelope (``internal_error``) if nothing was
 sent yet, else its answer is aborted; the connection keeps serving. The server's own refusals
 carry the same envelope and ``x-router-error-code``: 400 ``bad_request`` (malformed request,

@@ -93,6 +93,8 @@ class Http2Connection(asyncio.Protocol):
             h2.increment_flow_control_window(limits.h2_connection_window_bytes - 65535)
         self._flush()
         self._deadline = self._loop.time() + limits.idle_timeout_s
+        if self._ctx.draining:  # handed over from HTTP/1.1 detection while the server drains
+            self.shutdown()
 
     def data_received(self, data: bytes) -> None:
         try:
