@@ -5,7 +5,8 @@ it should serve at least as many small non-streaming chat completions per second
 aiohttp hello-world serves ``GET /`` on the same machine. Each server runs in its own
 process; the load comes from ``wrk`` (1 thread, keep-alive connections) when installed,
 else from a small keep-alive HTTP/1.1 client in a separate process. Rounds alternate
-between servers and the best round of each counts (shared, noisy machine).
+between servers; medians are reported, and the server's CPU time per request (from
+/proc), which a busy shared machine disturbs far less than wall-clock throughput.
 
     .venv/bin/python bench/engine_sim.py [--duration-s 3] [--rounds 3] [--connections 32]
 """
@@ -25,6 +26,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAT_BODY = json.dumps(
@@ -92,7 +94,13 @@ def start_server(kind: str) -> tuple[subprocess.Popen[str], int]:
 
 
 # -- load -------------------------------------------------------------------------------------
-def run_wrk(target: Target, port: int, duration_s: float, connections: int) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_wrk(target: Target, port: int, duration_s: float, connections: int) -> tuple[int, float]:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(f'wrk.method = "{target.method}"\n')
         if target.body:
@@ -108,9 +116,10 @@ def run_wrk(target: Target, port: int, duration_s: float, connections: int) -> f
         os.unlink(script.name)
     if "Non-2xx" in out:
         raise SystemExit(f"{target.name}: non-2xx answers:\n{out}")
-    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    assert match, out
-    return float(match.group(1))
+    count = re.search(r"(\d+) requests in ([\d.]+)(m?s)", out)
+    assert count, out
+    seconds = float(count.group(2)) / (1000.0 if count.group(3) == "ms" else 1.0)
+    return int(count.group(1)), seconds
 
 
 async def _client(port: int, request: bytes, stop_at: float, counter: list[int]) -> None:
@@ -140,16 +149,17 @@ def python_load(port: int, method: str, path: str, body: bytes, duration_s: floa
 
     started = time.monotonic()
     asyncio.run(main())
-    print(counter[0] / (time.monotonic() - started))
+    print(counter[0], time.monotonic() - started)
 
 
-def run_python_load(target: Target, port: int, duration_s: float, connections: int) -> float:
+def run_python_load(target: Target, port: int, duration_s: float, connections: int) -> tuple[int, float]:
     out = subprocess.run(
         [sys.executable, __file__, "--load", str(port), target.method, target.path, target.body.decode(),
          str(duration_s), str(connections)],
         capture_output=True, text=True, timeout=duration_s + 30, check=True,
     ).stdout  # fmt: skip
-    return float(out.strip())
+    count, seconds = out.split()
+    return int(count), float(seconds)
 
 
 # -- the benchmark ----------------------------------------------------------------------------
@@ -173,23 +183,36 @@ def main() -> int:
         return 0
     use_wrk = args.loadgen == "wrk" or (args.loadgen == "auto" and shutil.which("wrk") is not None)
     load = run_wrk if use_wrk else run_python_load
-    servers = {kind: start_server(kind) for kind in {t.server for t in TARGETS}}
-    best: dict[str, float] = {}
+    servers = {kind: start_server(kind) for kind in sorted({t.server for t in TARGETS})}
+    rps: dict[str, list[float]] = {t.name: [] for t in TARGETS}
+    cpu_us: dict[str, list[float]] = {t.name: [] for t in TARGETS}
     try:
         for _ in range(args.rounds):
             for target in TARGETS:
-                rps = load(target, servers[target.server][1], args.duration_s, args.connections)
-                best[target.name] = max(best.get(target.name, 0.0), rps)
+                proc, port = servers[target.server]
+                cpu_before = cpu_seconds(proc.pid)
+                count, seconds = load(target, port, args.duration_s, args.connections)
+                cpu_used = cpu_seconds(proc.pid) - cpu_before
+                rps[target.name].append(count / seconds)
+                cpu_us[target.name].append(cpu_used * 1e6 / max(count, 1))
     finally:
         for proc, _ in servers.values():
             proc.send_signal(signal.SIGTERM)
             proc.wait(10)
-    baseline = best[TARGETS[0].name]
+    base = TARGETS[0].name
     gen = "wrk -t1" if use_wrk else "python keep-alive client"
-    print(f"load: {gen}, {args.connections} connections, {args.duration_s:g} s x {args.rounds} rounds (best)")
-    print(f"{'target':<40} {'req/s':>10} {'vs baseline':>12}")
+    print(
+        f"load: {gen}, {args.connections} connections, {args.duration_s:g} s x {args.rounds} rounds (median)"
+    )
+    print("server CPU per request is the robust figure on a shared machine: capacity = 1e6 / CPU us")
+    print(f"{'target':<40} {'req/s':>8} {'ratio':>6} {'CPU us/req':>11} {'capacity ratio':>15}")
     for target in TARGETS:
-        print(f"{target.name:<40} {best[target.name]:>10.0f} {best[target.name] / baseline:>11.2f}x")
+        name = target.name
+        ratio = median(rps[name]) / median(rps[base])
+        capacity = median(cpu_us[base]) / median(cpu_us[name])
+        print(
+            f"{name:<40} {median(rps[name]):>8.0f} {ratio:>5.2f}x {median(cpu_us[name]):>11.1f} {capacity:>14.2f}x"
+        )
     return 0
 
 

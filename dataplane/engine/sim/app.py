@@ -123,7 +123,7 @@ class SimApp:
     def _parse(body: bytes, model: type[M], responder: Responder) -> M | None:
         """The engine's reading of a body: json.loads (last key wins), then pydantic lax."""
         try:
-            data = json.loads(body)
+            data = _json_loads(body)
         except json.JSONDecodeError as exc:
             responder.respond(422, r.JSON_HEADERS, r.json_invalid(exc.pos, exc.msg))
             return None
@@ -266,6 +266,21 @@ class SimApp:
             rank.abort(sim)
             return
         responder.end()
+
+
+_decoder = json.JSONDecoder()
+
+
+def _json_loads(body: bytes) -> Any:
+    """Exactly ``json.loads(body)``, minus its encoding sniffing for the usual UTF-8 object.
+
+    ``json.loads`` picks UTF-8 for bytes that start with ``{`` followed by a non-NUL byte
+    (``json.detect_encoding``) and decodes with ``surrogatepass``; anything else goes the
+    long way, so UTF-16/32 bodies read exactly as the engine reads them.
+    """
+    if body[:1] == b"{" and body[1:2] != b"\x00":
+        return _decoder.decode(body.decode("utf-8", "surrogatepass"))
+    return json.loads(body)
 
 
 @dataclass(frozen=True, slots=True)
