@@ -24,6 +24,7 @@ from controlplane.routers.page import render_rejections, render_routers
 from controlplane.routers.rejections import RejectionLedger, RejectionTotals
 from controlplane.routers.rollout import RolloutBoard, RouterRecord, RouterView
 from controlplane.server.component import AppContext, Component, ServiceBinding
+from controlplane.server.metrics import WATCHERS
 from controlplane.store.routers import (
     MemoryRouterStatsStore,
     RouterStatsStore,
@@ -35,6 +36,8 @@ from controlplane.v1 import router_pb2, router_pb2_grpc
 log = structlog.get_logger(__name__)
 
 SERVICE_NAME = router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name
+# SPEC §8 (control plane): report streams open now, i.e. routers connected.
+REPORT_STREAMS = WATCHERS.labels("reports")
 
 MAX_ID_CHARS = 256
 MAX_APPLY_ERROR_CHARS = 4096
@@ -189,6 +192,7 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
                 if router_id is None:
                     router_id = request.router_id
                     self._board.stream_opened(router_id)
+                    REPORT_STREAMS.inc()
                     log.info("router_connected", router_id=router_id, boot_id=request.boot_id)
                 self._ledger.observe(request.router_id, request.boot_id, counts)
                 self._board.report(
@@ -205,6 +209,7 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
         finally:
             if router_id is not None:
                 self._board.stream_closed(router_id)
+                REPORT_STREAMS.dec()
                 self._board.touch_dirty(router_id)  # keep the last report time across restarts
                 self._wake.set()
                 log.info("router_disconnected", router_id=router_id)

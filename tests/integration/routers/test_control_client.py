@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -15,7 +14,7 @@ from controlplane.app import ControlPlane
 from controlplane.contracts import Exact, SamplingContract
 from controlplane.settings import ControlSettings
 from controlplane.v1 import contract_pb2, contract_pb2_grpc, router_pb2, router_pb2_grpc
-from dataplane.router.control import ControlPlaneClient
+from dataplane.router.control import ControlPlaneClient, subscription
 from dataplane.router.subscription import ControlSettings as RouterControlSettings
 from dataplane.router.subscription import EngineLoad
 from dataplane.router.workers import WorkerSpec
@@ -72,15 +71,8 @@ async def subscribed(target: str, router: FakeRouter) -> AsyncIterator[ControlPl
         backoff_max_s=0.3,
         workers_poll_s=0.2,
     )
-    client = ControlPlaneClient(settings, router)
-    task = asyncio.create_task(client.run())
-    try:
+    async with subscription(settings, router) as client:
         yield client
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await client.close()
 
 
 async def set_contract(channel: grpc.aio.Channel, params: str) -> int:
@@ -209,3 +201,28 @@ def test_bad_control_plane_address_is_a_startup_error(target: str) -> None:
 
     with pytest.raises(ControlConfigError, match="--control-plane"):
         check_target(target)
+
+
+async def test_router_shutdown_sends_a_last_report(tmp_path: Path) -> None:
+    """Counts that changed just before the router stops still reach the control plane."""
+    router = FakeRouter()
+    async with plane_on(tmp_path) as plane, grpc.aio.insecure_channel(str(plane.grpc_address)) as channel:
+        settings = RouterControlSettings(
+            target=str(plane.grpc_address), router_id="router-a", report_check_s=30, report_heartbeat_s=30
+        )
+        async with subscription(settings, router):
+
+            async def listed() -> bool:
+                return bool((await list_routers(channel)).routers)
+
+            await eventually(listed)
+            router.rejections[("*", "n")] = 7  # no periodic report will carry this one
+        stub = router_pb2_grpc.RouterServiceStub(channel)
+
+        async def counted() -> bool:
+            stats = await stub.GetRejectionStats(router_pb2.GetRejectionStatsRequest())
+            return stats.total == 7
+
+        await eventually(counted)
+        [status] = (await list_routers(channel)).routers
+        assert not status.connected

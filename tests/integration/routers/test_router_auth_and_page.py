@@ -83,7 +83,7 @@ async def test_viewer_token_cannot_report(tmp_path: Path, tokens_file: str) -> N
 
 
 async def test_status_page_shows_routers_and_rejections(tmp_path: Path) -> None:
-    """The status page lists each router with its applied revision, and the rejection counts."""
+    """The status page lists each router and the rejection counts; /metrics counts report streams."""
     router = FakeRouter()
     router.rejections[("*", "temperature")] = 3
     async with running_control_plane(tmp_path) as plane:
@@ -96,6 +96,10 @@ async def test_status_page_shows_routers_and_rejections(tmp_path: Path) -> None:
                 return "edge-&lt;1&gt;" in page and "temperature" in page
 
             await eventually(page_shows_router)
+            metrics = await asyncio.to_thread(
+                lambda: urllib.request.urlopen(url + "metrics", timeout=5).read().decode()
+            )
+            assert 'fleetplane_control_watchers{stream="reports"} 1.0' in metrics
 
 
 def _openssl(*args: str) -> None:
