@@ -125,7 +125,7 @@ class EngineSim:
         return proc.returncode
 
     def get_json(self, path: str, timeout_s: float = 5.0) -> Any:
-        """GET ``path`` over HTTP/1.1 and decode the JSON answer (not for ``--http2`` sims)."""
+        """GET ``path`` over HTTP/1.1 and decode the JSON answer (``--http2`` sims speak both)."""
         with urllib.request.urlopen(self.url + path, timeout=timeout_s) as resp:
             return json.loads(resp.read())
 
