@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import msgspec
 import pytest
 from hypothesis import given
@@ -97,3 +99,10 @@ def test_malformed_frames_raise_wire_error(kind: str, frames: list[bytes]) -> No
 def test_topic_constant_matches_sglang() -> None:
     """The topic is SGLang's LOAD_TOPIC, "load"."""
     assert LOAD_TOPIC == b"load"
+
+
+@given(payload=st.binary(max_size=64), seq=st.binary(min_size=8, max_size=8))
+def test_arbitrary_payloads_decode_or_raise_wire_error(payload: bytes, seq: bytes) -> None:
+    """Whatever bytes arrive, decoding yields a stat or WireError, never another exception."""
+    with contextlib.suppress(WireError):
+        decode_frame([b"load", seq, payload])
