@@ -5,7 +5,8 @@ The supervisor does no request work. It starts N children (each ``python -m data
 the kernel spreads connections), restarts a child that dies unexpectedly (with backoff, so a
 child crashing at startup does not spin), and on SIGTERM/SIGINT forwards SIGTERM to every child
 (each stops accepting and finishes its in-flight requests up to its grace period), waits for them,
-SIGKILLs any still alive after ``grace_s`` plus a margin, and exits 0.
+SIGKILLs any still alive after ``grace_s`` plus a margin, and exits 0. A child that exits with the
+router's startup-error code (2) is not restarted: the supervisor stops the others and exits 2.
 
 No orphans: children get PR_SET_PDEATHSIG (Linux), so they receive SIGTERM even if the supervisor
 itself is killed with SIGKILL.
@@ -35,6 +36,7 @@ log = structlog.get_logger(__name__)
 
 REUSE_PORT_ENV = "FLEETPLANE_ROUTER_REUSE_PORT"
 _PR_SET_PDEATHSIG = 1
+STARTUP_ERROR_EXIT = 2  # the router's exit code for a startup error (one line on stderr)
 
 
 @dataclass(slots=True)
@@ -111,6 +113,7 @@ class Supervisor:
         self._backoffs = [backoff or RestartBackoff() for _ in range(processes)]
         self._children: list[asyncio.subprocess.Process | None] = [None] * processes
         self._stopping = asyncio.Event()
+        self._exit_code = 0
         self.restarts = 0
 
     async def run(self) -> int:
@@ -124,7 +127,7 @@ class Supervisor:
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
-        return 0
+        return self._exit_code
 
     async def _spawn(self) -> asyncio.subprocess.Process:
         env = dict(os.environ)
@@ -146,6 +149,11 @@ class Supervisor:
                 await asyncio.wait({waited, stop}, return_when=asyncio.FIRST_COMPLETED)
                 if self._stopping.is_set():
                     await self._drain(proc, waited)
+                    return
+                if proc.returncode == STARTUP_ERROR_EXIT:
+                    # A flag the router refuses: restarting cannot help. Stop the others, exit 2.
+                    self._exit_code = STARTUP_ERROR_EXIT
+                    self._stopping.set()
                     return
                 delay = self._backoffs[slot].delay_after_exit(time.monotonic() - started)
                 log.warning("router process exited; restarting", code=proc.returncode, delay_s=delay)
@@ -172,7 +180,7 @@ class Supervisor:
 def run_supervised(
     argv: Sequence[str], processes: int, listen_host: str, listen_port: int, grace_s: float
 ) -> int:
-    """Entry for ``python -m dataplane --processes N`` (N > 1): blocks until stopped, returns 0."""
+    """Entry for ``python -m dataplane --processes N`` (N > 1): blocks until stopped; the exit code."""
     reservation, port = reserve_port(listen_host, listen_port)
     host = f"[{listen_host}]" if ":" in listen_host else listen_host
     command = [sys.executable, "-m", "dataplane", *child_argv(argv, f"{host}:{port}")]
