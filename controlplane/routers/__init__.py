@@ -1,0 +1,1 @@
+"""Router status and rejection statistics (SPEC §6 RouterService): pure aggregation and views."""
