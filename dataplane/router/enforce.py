@@ -27,6 +27,7 @@ from dataplane.router.probe import ABSENT, NUMBER, Probe
 
 _EMPTY_OBJECT = re.compile(rb"\{[ \t\r\n]*\}")
 _SAMPLING_PARAMS_KEY: Final = b'"sampling_params":'
+_SLICE_LIMIT: Final = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,8 @@ class CompiledContract:
     revision: int
     contract: SamplingContract
     rules: tuple[FieldRule, ...]
+    # The rules flattened for the hot loop (tuple unpacking beats attribute access).
+    table: tuple[tuple[int, bytes | None, bool, float, float, FieldRule], ...]
 
 
 def _literal(value: float | int, integral: bool) -> bytes:
@@ -101,7 +104,8 @@ def compile_contract(contract: SamplingContract, *, scope: str, revision: int) -
                     f"between {format_number(spec.min)} and {format_number(spec.max)}",
                 )
             )
-    return CompiledContract(scope, revision, contract, tuple(rules))
+    table = tuple((r.index, r.inject, r.judge, r.lo, r.hi, r) for r in rules)
+    return CompiledContract(scope, revision, contract, tuple(rules), table)
 
 
 def _violation_message(rule: FieldRule, state: int, value: float) -> str:
@@ -125,28 +129,21 @@ def enforce(compiled: CompiledContract, probe: Probe, body: bytes) -> bytes:
     states = probe.states
     values = probe.values
     pairs: list[bytes] = []
-    violated: list[str] = []
-    message = ""
-    for rule in compiled.rules:
-        state = states[rule.index]
+    violated: list[FieldRule] = []
+    for index, inject, judge, lo, hi, rule in compiled.table:
+        state = states[index]
         if state == ABSENT:
-            if rule.inject is not None:
-                pairs.append(rule.inject)
-            continue
-        if not rule.judge:
-            continue
-        if state == NUMBER:
-            value = values[rule.index]
-            if rule.lo <= value <= rule.hi:  # exact: lo == hi, so this is float equality
-                continue
-        else:
-            value = 0.0
-        if not violated:
-            message = _violation_message(rule, state, value)
-        violated.append(rule.name)
+            if inject is not None:
+                pairs.append(inject)
+        elif judge and not (state == NUMBER and lo <= values[index] <= hi):
+            # exact: lo == hi, so the test above is float equality (NaN never passes)
+            violated.append(rule)
     if violated:
-        err = SamplingContractViolation(message, param=violated[0])
-        err.violated = tuple(violated)
+        first = violated[0]
+        err = SamplingContractViolation(
+            _violation_message(first, states[first.index], values[first.index]), param=first.name
+        )
+        err.violated = tuple(r.name for r in violated)
         raise err
     if not pairs:
         return body
@@ -170,5 +167,7 @@ def splice(probe: Probe, body: bytes, pairs: list[bytes]) -> bytes:
             insertion = b"".join((b",", _SAMPLING_PARAMS_KEY, view[:-1], inner_lead, joined, b"}"))
     else:
         insertion = lead + joined
-    whole = memoryview(body)
+    if len(body) < _SLICE_LIMIT:
+        return body[:at] + insertion + body[at:]
+    whole = memoryview(body)  # one copy of a large body, not three
     return b"".join((whole[:at], insertion, whole[at:]))

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import re
 import threading
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -82,20 +82,25 @@ _ROUTING_NAMES: Final[dict[type, str]] = {
 }
 
 
-class _Occurrences(threading.local):
-    """Routing-key occurrences of the decode in progress (per thread: the hook has no context)."""
+class _Seen(threading.local):
+    """Routing values of the decode in progress, by marker type (per thread: the hook that
+    fills it gets no context from msgspec)."""
 
     def __init__(self) -> None:
-        self.items: list[tuple[type, object]] = []
+        self.values: dict[type, object] = {}
 
 
-_occurrences = _Occurrences()
+_seen = _Seen()
 _MARKERS: Final[dict[type, object]] = {t: t() for t in _ROUTING_NAMES}
 
 
 def _on_routing_value(kind: type, value: object) -> object:
-    # Called by msgspec once per occurrence of a routing key, null included.
-    _occurrences.items.append((kind, value))
+    # Called by msgspec once per occurrence of a routing key, null included, in body order.
+    values = _seen.values
+    if kind in values:
+        # SPEC §4: a repeated routing key is a 400 (even {"stream":null,"stream":true}).
+        raise BadRequest(f'repeated routing key "{_ROUTING_NAMES[kind]}"')
+    values[kind] = value
     return _MARKERS[kind]
 
 
@@ -204,15 +209,7 @@ def _read_string(raw: msgspec.Raw, integral: bool) -> tuple[int, float]:
     return (UNUSABLE, 0.0) if f is None else (NUMBER, f)
 
 
-def read_value(raw: msgspec.Raw, integral: bool) -> tuple[int, float]:
-    """One sampling value (SPEC §4): null absent; numbers, bools and numeric strings read as
-    the engine reads them for the field's type; anything else, or anything not read exactly,
-    unusable."""
-    size = len(raw)
-    if size > _MAX_VALUE_BYTES:
-        # Arrays, objects, strings over 64 characters and absurd number literals alike.
-        return UNUSABLE, 0.0
-    text = bytes(raw)
+def _read_uncached(raw: msgspec.Raw, text: bytes, integral: bool) -> tuple[int, float]:
     first = text[0]
     if first == 0x6E:  # n: null is absent (SPEC §4), even for non-Optional fields
         return ABSENT, 0.0
@@ -227,13 +224,45 @@ def read_value(raw: msgspec.Raw, integral: bool) -> tuple[int, float]:
     return _read_number_literal(text, integral)
 
 
-def _read_sampling(probe: Probe, raws: tuple[object, ...]) -> None:
+# Clients repeat a handful of literals ("0.7", "1", "0.95"): readings of short values are kept,
+# per field type, in a bounded table (a client cycling literals only makes it start over).
+_CACHE_LIMIT: Final = 1024
+_CACHED_BYTES: Final = 24
+_readings: Final[tuple[dict[bytes, tuple[int, float]], dict[bytes, tuple[int, float]]]] = ({}, {})
+
+
+def read_value(raw: msgspec.Raw, integral: bool) -> tuple[int, float]:
+    """One sampling value (SPEC §4): null absent; numbers, bools and numeric strings read as
+    the engine reads them for the field's type; anything else, or anything not read exactly,
+    unusable."""
+    size = len(raw)
+    if size > _MAX_VALUE_BYTES:
+        # Arrays, objects, strings over 64 characters and absurd number literals alike.
+        return UNUSABLE, 0.0
+    text = bytes(raw)
+    if size > _CACHED_BYTES:
+        return _read_uncached(raw, text, integral)
+    table = _readings[integral]
+    reading = table.get(text)
+    if reading is None:
+        reading = _read_uncached(raw, text, integral)
+        if len(table) >= _CACHE_LIMIT:
+            table.clear()
+        table[text] = reading
+    return reading
+
+
+def _read_sampling(probe: Probe, raws: tuple[Any, ...]) -> bool:
+    """Fill the probe's states/values; True when any sampling key was present."""
     states = probe.states
     values = probe.values
+    present = False
     for i in range(_N_FIELDS):
         raw = raws[i]
         if raw is not _ABSENT_RAW:
-            states[i], values[i] = read_value(raw, _INTEGRAL[i])  # type: ignore[arg-type]
+            present = True
+            states[i], values[i] = read_value(raw, _INTEGRAL[i])
+    return present
 
 
 def _routing_int(value: object) -> int | None:
@@ -261,39 +290,33 @@ def _routing_bool(value: object) -> bool | None:
     return None
 
 
-def _read_routing(probe: Probe) -> None:
-    items = _occurrences.items
-    if len(items) > 1:
-        kinds = [kind for kind, _ in items]
-        for kind in kinds:
-            if kinds.count(kind) > 1:
-                # SPEC §4: a repeated routing key is a 400 (even {"stream":null,"stream":true}).
-                raise BadRequest(f'repeated routing key "{_ROUTING_NAMES[kind]}"')
-    for kind, value in items:
-        if value is None:
-            continue
-        if kind is _Model:
-            if not isinstance(value, str):
-                raise BadRequest("model must be a string")
-            probe.model = value
-        elif kind is _Stream:
-            stream = _routing_bool(value)
-            if stream is None:
-                raise BadRequest("stream must be a boolean")
-            probe.stream = stream
-        elif kind is _MaxTokens:
-            probe.max_tokens = _routing_int(value)
-        else:
-            probe.max_completion_tokens = _routing_int(value)
+def _read_routing(probe: Probe, seen: dict[type, object]) -> None:
+    model = seen.get(_Model)
+    if model is not None:
+        if not isinstance(model, str):
+            raise BadRequest("model must be a string")
+        probe.model = model
+    stream = seen.get(_Stream)
+    if stream is not None:
+        probe.stream = _routing_bool(stream)
+        if probe.stream is None:
+            raise BadRequest("stream must be a boolean")
+    max_tokens = seen.get(_MaxTokens)
+    if max_tokens is not None:
+        probe.max_tokens = _routing_int(max_tokens)
+    max_completion_tokens = seen.get(_MaxCompletionTokens)
+    if max_completion_tokens is not None:
+        probe.max_completion_tokens = _routing_int(max_completion_tokens)
 
 
-def _locate_insertion(probe: Probe, body: bytes) -> None:
+def _locate_insertion(probe: Probe, body: bytes, has_keys: bool) -> None:
     end = len(body) - 1
     if body[end] != _CLOSE_BRACE:  # trailing whitespace: rare, copy only then
         end = len(body.rstrip(_JSON_WS)) - 1
     probe.insert_at = end
-    # Fails at the first key's quote on any non-empty body: O(1) in practice.
-    probe.needs_comma = _EMPTY_OBJECT.fullmatch(body) is None
+    if not has_keys:
+        # No key we read: is it empty? Fails at the first quote of any other key, so O(1).
+        probe.needs_comma = _EMPTY_OBJECT.fullmatch(body) is None
 
 
 def probe_body(body: bytes, *, generate: bool = False) -> Probe:
@@ -302,21 +325,23 @@ def probe_body(body: bytes, *, generate: bool = False) -> Probe:
     Raises ``BadRequest`` for a body that is not one JSON object, a repeated routing key, a
     non-string model, an unreadable stream flag, or (``generate``) a non-object sampling_params.
     """
-    items = _occurrences.items
-    items.clear()
+    seen = _seen.values
+    seen.clear()
     try:
         decoded = (_GENERATE_DECODER if generate else _CHAT_DECODER).decode(body)
     except (msgspec.DecodeError, RecursionError):
         raise BadRequest(_BODY_NOT_OBJECT) from None
     probe = Probe()
-    probe.generate = generate
-    if items:
-        _read_routing(probe)
-        items.clear()
+    has_keys = bool(seen)
+    if has_keys:
+        _read_routing(probe, seen)
+        seen.clear()
     fields = msgspec.structs.astuple(decoded)
     if generate:
+        probe.generate = True
         raw = fields[4]
         if raw is not _ABSENT_RAW:
+            has_keys = True
             first = bytes(memoryview(raw)[:1])
             if first == b"{":
                 probe.sampling_params = raw
@@ -327,7 +352,7 @@ def probe_body(body: bytes, *, generate: bool = False) -> Probe:
                 _read_sampling(probe, msgspec.structs.astuple(nested))
             elif first != b"n":
                 raise BadRequest("sampling_params must be an object")
-    else:
-        _read_sampling(probe, fields)
-    _locate_insertion(probe, body)
+    elif _read_sampling(probe, fields):
+        has_keys = True
+    _locate_insertion(probe, body, has_keys)
     return probe
