@@ -135,3 +135,25 @@ def test_generate_non_object_sampling_params_is_a_bad_request(value: bytes) -> N
     """A present, non-null, non-object sampling_params is a 400."""
     with pytest.raises(BadRequest, match="sampling_params must be an object"):
         probe_body(b'{"sampling_params":' + value + b"}", generate=True)
+
+
+def test_a_refused_body_leaves_no_state_behind() -> None:
+    """After a body refused mid-decode, the next body is probed afresh."""
+    with pytest.raises(BadRequest):
+        probe_body(b'{"model":"a","model":"b"}')
+    with pytest.raises(BadRequest):
+        probe_body(b'{"model":"a","stream":true,')
+    assert probe_body(b'{"model":"a","stream":true}').model == "a"
+
+
+def test_probes_in_threads_do_not_interfere() -> None:
+    """Routing keys seen by one thread's decode never count in another's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    bodies = [
+        f'{{"model":"m{i}","stream":true,"max_tokens":{i},"temperature":0.5}}'.encode() for i in range(400)
+    ]
+    with ThreadPoolExecutor(4) as pool:
+        probes = list(pool.map(probe_body, bodies))
+    assert [p.max_tokens for p in probes] == list(range(400))
+    assert all(p.model == f"m{i}" for i, p in enumerate(probes))
