@@ -29,30 +29,41 @@ class Job:
     headers: list[tuple[bytes, bytes]]
 
 
-# Choices depend only on (n, tokens, reason): built once per combination, never mutated.
-@functools.lru_cache(maxsize=1024)
-def _chat_choices(n: int, generated: int, reason: str) -> list[r.ChatChoice]:
-    text = r.token_text(0, generated)
-    return [r.ChatChoice(i, r.ChatMessageOut("assistant", text), reason) for i in range(n)]
+# Everything in a chat/completion body but its id and creation time depends only on this key, so
+# the rest is encoded once per combination and spliced: id and created are the first two fields.
+_HEAD_PLACEHOLDER = b'{"id":"","created":0'
 
 
-@functools.lru_cache(maxsize=1024)
-def _completion_choices(n: int, generated: int, reason: str) -> list[r.CompletionChoice]:
+def _body_tail(kind: str, model: str, n: int, generated: int, reason: str, prompt_tokens: int) -> bytes:
     text = r.token_text(0, generated)
-    return [r.CompletionChoice(i, text, reason) for i in range(n)]
+    used = r.usage(prompt_tokens, n * generated)
+    if kind == "chat":
+        chat_choices = [r.ChatChoice(i, r.ChatMessageOut("assistant", text), reason) for i in range(n)]
+        encoded = r.encode(r.ChatCompletion("", 0, model, chat_choices, used))
+    else:
+        choices = [r.CompletionChoice(i, text, reason) for i in range(n)]
+        encoded = r.encode(r.Completion("", 0, model, choices, used))
+    assert encoded.startswith(_HEAD_PLACEHOLDER)
+    return encoded[len(_HEAD_PLACEHOLDER) :]
+
+
+_cached_body_tail = functools.lru_cache(maxsize=4096)(_body_tail)
+# Client-chosen model names and token counts are part of the key: only small answers are
+# cached, so the cache stays small (bounded memory) whatever clients send.
+_CACHED_MODEL_CHARS = 256
 
 
 def full_body(job: Job, generated: int) -> bytes:
-    text = r.token_text(0, generated)
+    """The whole non-streamed answer of ``job`` after ``generated`` tokens per sequence."""
     reason = r.finish_reason(job.capped)
-    used = r.usage(job.prompt_tokens, job.choices * generated)
-    created = int(time.time())
-    if job.kind == "chat":
-        chat_choices = _chat_choices(job.choices, generated, reason)
-        return r.encode(r.ChatCompletion(r.new_id("chatcmpl"), created, job.model, chat_choices, used))
-    if job.kind == "completion":
-        choices = _completion_choices(job.choices, generated, reason)
-        return r.encode(r.Completion(r.new_id("cmpl"), created, job.model, choices, used))
+    if job.kind != "generate":
+        small = len(job.model) <= _CACHED_MODEL_CHARS and generated * job.choices <= r.CACHED_TOKENS
+        tail_of = _cached_body_tail if small else _body_tail
+        tail = tail_of(job.kind, job.model, job.choices, generated, reason, job.prompt_tokens)
+        rid = r.new_id("chatcmpl" if job.kind == "chat" else "cmpl")
+        # ids are [0-9a-z-] only: nothing to escape.
+        return b'{"id":"%s","created":%d%s' % (rid.encode(), int(time.time()), tail)
+    text = r.token_text(0, generated)
     outs = [
         r.GenerateOut(
             text,

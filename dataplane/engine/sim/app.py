@@ -131,7 +131,8 @@ class SimApp:
             responder.respond(422, r.JSON_HEADERS, r.json_invalid(0, str(exc)))
             return None
         try:
-            return model.model_validate(data)
+            parsed: M = model.__pydantic_validator__.validate_python(data)  # model_validate, minus a hop
+            return parsed
         except ValidationError as exc:
             responder.respond(422, r.JSON_HEADERS, r.validation_error(exc.errors(include_url=False)))
             return None
@@ -226,18 +227,20 @@ class SimApp:
             responder.respond(400, [*r.JSON_HEADERS, job.headers[-1]], r.openai_error(message))
             return None
         rank = self._picker.pick()
-        progress = Progress()
-        sim = SimRequest(job.prompt_tokens, job.max_new_tokens, job.choices, on_progress=progress)
+        sim = SimRequest(job.prompt_tokens, job.max_new_tokens, job.choices)
         try:
             rank.submit(sim)
         except CapacityError as exc:
             responder.respond(400, [*r.JSON_HEADERS, job.headers[-1]], r.openai_error(str(exc)))
             return None
-        if job.stream:
-            return self._stream(job, sim, rank, progress, responder)
-        if sim.finished:  # instant decode: answered without a task
+        if sim.finished and not job.stream:  # instant decode: answered without a task
             responder.respond(200, job.headers, full_body(job, sim.generated))
             return None
+        # Progress comes from later scheduler ticks only, so attaching the signal after submit
+        # misses nothing (and the instant path above never allocates one).
+        sim.on_progress = progress = Progress()
+        if job.stream:
+            return self._stream(job, sim, rank, progress, responder)
         return self._respond_when_finished(job, sim, rank, progress, responder)
 
     async def _respond_when_finished(

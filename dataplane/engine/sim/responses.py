@@ -58,10 +58,18 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{_ID_PREFIX}{next(_ids):x}"
 
 
-@functools.lru_cache(maxsize=4096)
+def _token_text(start: int, stop: int) -> str:
+    return "".join(" " + WORDS[i % len(WORDS)] for i in range(start, stop))
+
+
+_cached_token_text = functools.lru_cache(maxsize=4096)(_token_text)
+# Only short texts are cached, so the cache stays small whatever max_tokens clients send.
+CACHED_TOKENS = 1024
+
+
 def token_text(start: int, stop: int) -> str:
     """The text of generated tokens ``start .. stop-1`` (each a leading space and a word)."""
-    return "".join(" " + WORDS[i % len(WORDS)] for i in range(start, stop))
+    return (_cached_token_text if stop - start <= CACHED_TOKENS else _token_text)(start, stop)
 
 
 def finish_reason(client_capped: bool) -> str:
