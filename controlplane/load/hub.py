@@ -1,8 +1,8 @@
 """WatchLoads fan-out: coalesced, versioned deltas with newest-wins watchers (SPEC §6).
 
 One ticker (``run``, an app-owned background task) turns the table's changes into
-``WorkerLoad`` messages at most once per ``--load-push-interval-ms``, each message built
-once and shared by every watcher, and bumps a version. It also wakes at least every
+serialized ``WorkerLoad`` messages (``encoding.py``) at most once per
+``--load-push-interval-ms``, each encoded once and shared by every watcher, and bumps a version. It also wakes at least every
 ``freshness_tick_s`` so a rank going STALE is pushed though no frame arrives.
 
 A watcher remembers the version it last sent and, when woken, asks for everything newer:
@@ -22,10 +22,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from controlplane.load import metrics
-from controlplane.load.convert import worker_load
+from controlplane.load.encoding import WorkerLoadEncoder
 from controlplane.load.table import LoadTable
 from controlplane.server.broadcast import Broadcast, Subscription
-from controlplane.v1 import load_pb2
 
 # Removed URLs remembered for lagging watchers; one lagging further gets a full view.
 MAX_REMEMBERED_REMOVALS = 10_000
@@ -34,11 +33,11 @@ MAX_FRESHNESS_TICK_S = 0.1
 
 @dataclass(frozen=True, slots=True)
 class Delta:
-    """What a watcher at some version has not seen yet."""
+    """What a watcher at some version has not seen yet (``workers``: serialized ``WorkerLoad``)."""
 
     version: int
     full: bool
-    workers: list[load_pb2.WorkerLoad]
+    workers: list[bytes]
     removed: list[str]
 
     def __bool__(self) -> bool:
@@ -56,7 +55,8 @@ class LoadHub:
         self._clock = clock
         self._freshness_tick_s = min(MAX_FRESHNESS_TICK_S, table.stale_after_s / 4)
         self._version = 0
-        self._latest: dict[str, tuple[int, load_pb2.WorkerLoad]] = {}
+        self._encoder = WorkerLoadEncoder(table.stale_after_s)
+        self._latest: dict[str, tuple[int, bytes]] = {}
         self._removed: OrderedDict[str, int] = OrderedDict()
         self._removed_floor = 0  # versions <= this may have lost removals: send them a full view
         self._dirty = asyncio.Event()
@@ -115,15 +115,15 @@ class LoadHub:
         version = self._version
         watched = len(self._broadcast) > 0
         for url in changes.changed:
-            if watched:
-                view = self._table.view(url, now)
-                if view is not None:
-                    self._latest[url] = (version, worker_load(view))
+            ranks = self._table.rank_states(url)
+            if watched and ranks is not None:
+                self._latest[url] = (version, self._encoder.encode(url, ranks, now))
             else:
                 # Nobody to send it to; a watcher that comes later starts from a full view.
                 self._latest.pop(url, None)
         for url in changes.removed:
             self._latest.pop(url, None)
+            self._encoder.forget(url)
             self._removed.pop(url, None)
             self._removed[url] = version
         while len(self._removed) > MAX_REMEMBERED_REMOVALS:
@@ -137,13 +137,17 @@ class LoadHub:
     def full(self) -> Delta:
         """Every worker as of now, at the current version."""
         now = self._clock()
-        workers = [worker_load(view) for view in self._table.views(now)]
+        workers = []
+        for url in self._table.urls():
+            ranks = self._table.rank_states(url)
+            if ranks is not None:
+                workers.append(self._encoder.encode(url, ranks, now))
         return Delta(version=self._version, full=True, workers=workers, removed=[])
 
     def since(self, version: int) -> Delta:
         """Workers changed and URLs removed after ``version`` (a full view if that is too old)."""
         if version < self._removed_floor:
             return self.full()
-        workers = [message for v, message in self._latest.values() if v > version]
+        workers = [encoded for v, encoded in self._latest.values() if v > version]
         removed = [url for url, v in self._removed.items() if v > version and url not in self._table]
         return Delta(version=self._version, full=False, workers=workers, removed=removed)

@@ -225,6 +225,11 @@ class LoadTable:
         self._removed.clear()
         return changes
 
+    def rank_states(self, url: str) -> Sequence[RankState] | None:
+        """The live rank states of ``url`` (read-only use: the watch encoder reads them as is)."""
+        worker = self._workers.get(url)
+        return None if worker is None else worker.ranks
+
     def view(self, url: str, now: float) -> WorkerView | None:
         worker = self._workers.get(url)
         return None if worker is None else self._view(worker, now)
@@ -241,7 +246,7 @@ class LoadTable:
         oldest = 0.0
         any_unknown = any_stale = False
         for rank in worker.ranks:
-            freshness = _freshness(rank, deadline)
+            freshness = rank_freshness(rank, deadline)
             stat = rank.stat
             if stat is not None:
                 running += stat.num_running_reqs
@@ -281,7 +286,8 @@ class LoadTable:
         )
 
 
-def _freshness(rank: RankState, deadline: float) -> Freshness:
+def rank_freshness(rank: RankState, deadline: float) -> Freshness:
+    """UNKNOWN before the first frame, FRESH if the last one came at or after ``deadline``."""
     if rank.last_rx is None:
         return Freshness.UNKNOWN
     return Freshness.FRESH if rank.last_rx >= deadline else Freshness.STALE

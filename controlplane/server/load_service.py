@@ -13,11 +13,13 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import grpc
 import structlog
 from grpc import aio
 
 from controlplane.errors import Unavailable
-from controlplane.load.convert import timestamp, worker_load, worker_message
+from controlplane.load.convert import worker_load, worker_message
+from controlplane.load.encoding import watch_response
 from controlplane.load.hub import Delta
 from controlplane.load.plane import LoadPlane
 from controlplane.load.status import render_loads
@@ -63,7 +65,8 @@ class LoadServicer(load_pb2_grpc.LoadServiceServicer):
 
     async def WatchLoads(
         self, request: load_pb2.WatchLoadsRequest, context: _Context
-    ) -> AsyncIterator[load_pb2.WatchLoadsResponse]:
+    ) -> AsyncIterator[bytes]:
+        """Yields serialized ``WatchLoadsResponse`` messages (see ``add_to_server``)."""
         hub = self._plane.hub
         interval_s = hub.push_interval_s
         log.info("load_watch_opened", router_id=request.router_id)
@@ -87,10 +90,50 @@ class LoadServicer(load_pb2_grpc.LoadServiceServicer):
             finally:
                 log.info("load_watch_closed", router_id=request.router_id)
 
-    def _message(self, delta: Delta) -> load_pb2.WatchLoadsResponse:
-        return load_pb2.WatchLoadsResponse(
-            full=delta.full, workers=delta.workers, removed_urls=delta.removed, time=timestamp(self._wall())
-        )
+    def _message(self, delta: Delta) -> bytes:
+        return watch_response(delta.full, delta.workers, delta.removed, self._wall())
+
+
+def _already_serialized(message: bytes) -> bytes:
+    return message
+
+
+def add_to_server(servicer: LoadServicer, server: aio.Server) -> None:
+    """The generated ``add_LoadServiceServicer_to_server``, except that WatchLoads yields bytes.
+
+    Its messages are assembled from ``WorkerLoad`` bytes encoded once per change and shared
+    by every watcher (``controlplane.load.encoding``); the wire is the same protobuf, so
+    clients use the generated stub unchanged.
+    """
+    handlers = {
+        "RegisterWorker": grpc.unary_unary_rpc_method_handler(
+            servicer.RegisterWorker,
+            request_deserializer=load_pb2.RegisterWorkerRequest.FromString,
+            response_serializer=load_pb2.RegisterWorkerResponse.SerializeToString,
+        ),
+        "DeregisterWorker": grpc.unary_unary_rpc_method_handler(
+            servicer.DeregisterWorker,
+            request_deserializer=load_pb2.DeregisterWorkerRequest.FromString,
+            response_serializer=load_pb2.DeregisterWorkerResponse.SerializeToString,
+        ),
+        "ListWorkers": grpc.unary_unary_rpc_method_handler(
+            servicer.ListWorkers,
+            request_deserializer=load_pb2.ListWorkersRequest.FromString,
+            response_serializer=load_pb2.ListWorkersResponse.SerializeToString,
+        ),
+        "GetLoads": grpc.unary_unary_rpc_method_handler(
+            servicer.GetLoads,
+            request_deserializer=load_pb2.GetLoadsRequest.FromString,
+            response_serializer=load_pb2.GetLoadsResponse.SerializeToString,
+        ),
+        "WatchLoads": grpc.unary_stream_rpc_method_handler(
+            servicer.WatchLoads,
+            request_deserializer=load_pb2.WatchLoadsRequest.FromString,
+            response_serializer=_already_serialized,
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)  # type: ignore[attr-defined]  # grpc-stubs predates it
 
 
 async def load_component(ctx: AppContext) -> Component:
@@ -107,9 +150,7 @@ async def load_component(ctx: AppContext) -> Component:
     )
     await plane.start()
     return Component(
-        services=[
-            ServiceBinding(load_pb2_grpc.add_LoadServiceServicer_to_server, LoadServicer(plane), SERVICE_NAME)
-        ],
+        services=[ServiceBinding(add_to_server, LoadServicer(plane), SERVICE_NAME)],
         background=[plane.hub.run, plane.run_rediscovery],
         status_sections=[("Worker load", lambda: render_loads(plane.workers(), plane.loads()))],
         on_shutdown=[plane.stop],

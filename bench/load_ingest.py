@@ -1,0 +1,348 @@
+"""Load ingest: control-plane CPU per 1000 frames and publish -> WatchLoads latency (SPEC §6, §7).
+
+N simulated schedulers (one ZMQ PUB socket each, several per process, in ``--procs``
+processes) each publish ``--rate`` frames/s. Two consumers take the same frames in turn:
+
+* baseline: a bare subscriber process, one ``zmq.asyncio`` task per socket doing only
+  ``recv_multipart`` + ``decode_frame`` (sgl-router's task-per-socket design, nothing else);
+* fleetplane: ``python -m controlplane`` with the N workers registered (explicit load
+  endpoints), the full ingest (table, freshness, hub) and one WatchLoads client.
+
+CPU is read from ``/proc`` (all threads, ``bench/loadgen.cpu_seconds``) over the same window
+length. Latency: each frame carries a per-socket counter in ``num_tokens``; the publisher logs
+each frame's send time (CLOCK_MONOTONIC, shared by processes), the watcher logs when each
+counter (or a newer one of that worker) first appears in the stream; latency = seen - sent.
+
+    .venv/bin/python bench/load_ingest.py                  # N = 100 and 1000, 8 s windows
+    .venv/bin/python bench/load_ingest.py --workers 1000 --seconds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import grpc  # noqa: E402
+import zmq  # noqa: E402
+import zmq.asyncio  # noqa: E402
+
+from bench.loadgen import cpu_seconds  # noqa: E402
+from controlplane.load.wire import LoadStat, decode_frame, encode_frame  # noqa: E402
+from controlplane.v1 import load_pb2, load_pb2_grpc  # noqa: E402
+
+SLOTS = 10  # each process spreads its sockets over 10 sub-slots of the period
+CAPACITY = 1_000_000
+
+
+# -- roles run as child processes -----------------------------------------------------------
+
+
+def publisher(count: int, rate: float, log_path: str) -> None:
+    """Bind ``count`` PUB sockets, print their endpoints, publish until stdin says stop."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    socks = []
+    for _ in range(count):
+        s = ctx.socket(zmq.PUB)
+        s.setsockopt(zmq.SNDHWM, 8)
+        s.setsockopt(zmq.LINGER, 0)
+        s.bind("tcp://127.0.0.1:*")
+        socks.append(s)
+    endpoints = [s.getsockopt_string(zmq.LAST_ENDPOINT) for s in socks]
+    print(json.dumps(endpoints), flush=True)
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+    sent: list[list[float]] = [[] for _ in socks]
+    groups = [list(range(i, count, SLOTS)) for i in range(SLOTS)]
+    step = 1.0 / rate / SLOTS
+    next_t = time.monotonic()
+    k = 0
+    while not stop.is_set():
+        for i in groups[k % SLOTS]:
+            n = len(sent[i])
+            sent[i].append(time.monotonic())
+            socks[i].send_multipart(encode_frame(n, LoadStat(n % 7, n % 3, n, CAPACITY, 0)), zmq.NOBLOCK)
+        k += 1
+        next_t += step
+        delay = next_t - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    with open(log_path, "w") as f:
+        json.dump(dict(zip(endpoints, sent, strict=True)), f)
+    ctx.destroy(linger=0)
+    print("done", flush=True)
+
+
+def bare_subscriber(endpoints_path: str) -> None:
+    """The baseline: a zmq.asyncio task per socket, recv + decode only; 'count' on stdin."""
+    endpoints = json.loads(Path(endpoints_path).read_text())
+
+    async def main() -> None:
+        ctx = zmq.asyncio.Context()
+        ctx.set(zmq.MAX_SOCKETS, 65536)
+        counts = [0] * len(endpoints)
+
+        async def consume(i: int, endpoint: str) -> None:
+            s = ctx.socket(zmq.SUB)
+            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.SUBSCRIBE, b"load")
+            s.connect(endpoint)
+            while True:
+                decode_frame(await s.recv_multipart())
+                counts[i] += 1
+
+        def answer() -> None:
+            # On a thread: a saturated event loop must still answer (that is the measurement).
+            for line in sys.stdin:
+                if line.strip() == "count":
+                    print(json.dumps({"frames": sum(counts), "live": sum(1 for c in counts if c)}), flush=True)
+            os._exit(0)
+
+        threading.Thread(target=answer, daemon=True).start()
+        tasks = [asyncio.create_task(consume(i, e)) for i, e in enumerate(endpoints)]
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+
+
+# -- the driver -----------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    consumer: str
+    workers: int
+    frames_per_s: float
+    cpu_cores: float
+    cpu_ms_per_1000: float
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    dropped: int = 0
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, *args],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def measure_baseline(endpoints: list[str], seconds: float, tmp: Path) -> Row:
+    path = tmp / "endpoints.json"
+    path.write_text(json.dumps(endpoints))
+    proc = spawn(__file__, "--role", "bare", "--endpoints", str(path))
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def count() -> dict[str, int]:
+        proc.stdin.write("count\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+        return json.loads(proc.stdout.readline())  # type: ignore[union-attr,no-any-return]
+
+    try:
+        deadline = time.monotonic() + 30
+        while count()["live"] < len(endpoints):
+            assert time.monotonic() < deadline, f"baseline subscriber never connected to every publisher: {count()}"
+            time.sleep(0.2)
+        time.sleep(0.5)
+        f0, c0, t0 = count()["frames"], cpu_seconds(proc.pid), time.monotonic()
+        time.sleep(seconds)
+        f1, c1, t1 = count()["frames"], cpu_seconds(proc.pid), time.monotonic()
+    finally:
+        stop(proc)
+    frames, cpu = f1 - f0, c1 - c0
+    return Row("baseline: task per socket", len(endpoints), frames / (t1 - t0), cpu / (t1 - t0), 1000 * cpu / frames * 1000)
+
+
+async def measure_control_plane(endpoints: list[str], seconds: float, tmp: Path) -> tuple[Row, list[tuple[str, int, float]]]:
+    proc = spawn(
+        "-m", "controlplane", "--listen", "127.0.0.1:0", "--http-listen", "off", "--store", f"sqlite:{tmp / 'cp.db'}"
+    )
+    assert proc.stdout is not None
+    seen: list[tuple[str, int, float]] = []
+    try:
+        target = ""
+        while not target:
+            line = proc.stdout.readline()
+            if not line:
+                raise RuntimeError("control plane exited")
+            if m := re.search(r"control plane listening on (\S+:\d+)", line):
+                target = m.group(1)
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = load_pb2_grpc.LoadServiceStub(channel)
+            urls = [f"http://127.0.0.1:{20000 + i}" for i in range(len(endpoints))]
+            sem = asyncio.Semaphore(32)
+
+            async def register(url: str, endpoint: str) -> None:
+                async with sem:
+                    await stub.RegisterWorker(
+                        load_pb2.RegisterWorkerRequest(
+                            url=url, protocol=load_pb2.WORKER_PROTOCOL_HTTP1, models=["m"], load_endpoints=[endpoint]
+                        )
+                    )
+
+            started = time.monotonic()
+            await asyncio.gather(*(register(u, e) for u, e in zip(urls, endpoints, strict=True)))
+            print(f"  registered {len(urls)} workers in {time.monotonic() - started:.1f} s", file=sys.stderr)
+
+            async def fresh() -> tuple[int, int]:
+                loads = await stub.GetLoads(load_pb2.GetLoadsRequest())
+                ok = sum(1 for w in loads.workers if w.freshness == load_pb2.FRESHNESS_FRESH)
+                return ok, sum(r.frames_received for w in loads.workers for r in w.ranks)
+
+            deadline = time.monotonic() + 60
+            while (await fresh())[0] < len(urls):
+                assert time.monotonic() < deadline, "workers never all FRESH"
+                await asyncio.sleep(0.2)
+
+            call = stub.WatchLoads(load_pb2.WatchLoadsRequest(router_id="bench"))
+
+            async def watch() -> None:
+                async for msg in call:
+                    now = time.monotonic()
+                    for w in msg.workers:
+                        seen.append((w.url, w.num_tokens, now))
+
+            watcher = asyncio.create_task(watch())
+            await asyncio.sleep(1.0)
+            (_, f0), c0, t0 = await fresh(), cpu_seconds(proc.pid), time.monotonic()
+            await asyncio.sleep(seconds)
+            (_, f1), c1, t1 = await fresh(), cpu_seconds(proc.pid), time.monotonic()
+            loads = await stub.GetLoads(load_pb2.GetLoadsRequest())
+            dropped = sum(r.dropped_frames for w in loads.workers for r in w.ranks)
+            call.cancel()
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+    finally:
+        stop(proc)
+    frames, cpu = f1 - f0, c1 - c0
+    row = Row("fleetplane control plane", len(endpoints), frames / (t1 - t0), cpu / (t1 - t0), 1000 * cpu / frames * 1000)
+    row.dropped = dropped
+    # Keep observations of the window only (latency is computed against the send logs).
+    window = [(u, n, t) for (u, n, t) in seen if t0 <= t <= t1]
+    return row, window
+
+
+def latencies(
+    sends: dict[str, list[float]], url_of: dict[str, str], seen: list[tuple[str, int, float]], t0: float, t1: float
+) -> list[float]:
+    """For every frame sent in [t0, t1 - 0.5]: first time its counter, or a newer one, was seen."""
+    by_url: dict[str, tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
+    for url, n, t in seen:
+        counters, times = by_url[url]
+        if not counters or n > counters[-1]:
+            counters.append(n)
+            times.append(t)
+    out = []
+    for endpoint, sent in sends.items():
+        counters, times = by_url.get(url_of[endpoint], ([], []))
+        for n, ts in enumerate(sent):
+            if not t0 <= ts <= t1 - 0.5:
+                continue
+            i = bisect.bisect_left(counters, n)
+            if i < len(counters):
+                out.append(times[i] - ts)
+    out.sort()
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))] * 1000
+
+
+def run_size(n: int, procs: int, rate: float, seconds: float) -> list[Row]:
+    with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        per = [n // procs + (1 if i < n % procs else 0) for i in range(procs)]
+        pubs = [spawn(__file__, "--role", "publisher", "--count", str(k), "--rate", str(rate), "--log", str(tmp / f"pub{i}.json")) for i, k in enumerate(per) if k]
+        try:
+            endpoints: list[str] = []
+            for p in pubs:
+                assert p.stdout is not None
+                endpoints += json.loads(p.stdout.readline())
+            base = measure_baseline(endpoints, seconds, tmp)
+            fp, seen = asyncio.run(measure_control_plane(endpoints, seconds, tmp))
+            t0 = min((t for _, _, t in seen), default=0.0)
+            t1 = max((t for _, _, t in seen), default=0.0)
+        finally:
+            for p in pubs:
+                if p.poll() is None and p.stdin is not None:
+                    p.stdin.write("stop\n")
+                    p.stdin.flush()
+            for p in pubs:
+                assert p.stdout is not None
+                p.stdout.readline()
+                stop(p)
+        sends: dict[str, list[float]] = {}
+        for i in range(len(pubs)):
+            sends.update(json.loads((tmp / f"pub{i}.json").read_text()))
+    url_of = {e: f"http://127.0.0.1:{20000 + i}" for i, e in enumerate(endpoints)}
+    lat = latencies(sends, url_of, seen, t0, t1)
+    if lat:
+        fp.p50_ms, fp.p99_ms = pct(lat, 0.50), pct(lat, 0.99)
+    return [base, fp]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--role", choices=("driver", "publisher", "bare"), default="driver")
+    parser.add_argument("--workers", type=int, nargs="+", default=[100, 1000])
+    parser.add_argument("--procs", type=int, default=4, help="publisher processes")
+    parser.add_argument("--rate", type=float, default=20.0, help="frames/s per publisher socket")
+    parser.add_argument("--seconds", type=float, default=8.0, help="measurement window per consumer")
+    parser.add_argument("--count", type=int, default=0)
+    parser.add_argument("--log", default="")
+    parser.add_argument("--endpoints", default="")
+    args = parser.parse_args()
+    if args.role == "publisher":
+        publisher(args.count, args.rate, args.log)
+        return
+    if args.role == "bare":
+        bare_subscriber(args.endpoints)
+        return
+    rows: list[Row] = []
+    for n in args.workers:
+        print(f"N = {n}: {args.procs} publisher processes, {args.rate:g} frames/s each socket", file=sys.stderr)
+        rows += run_size(n, args.procs, args.rate, args.seconds)
+    print(f"{'consumer':<28} {'N':>5} {'frames/s':>9} {'cores':>6} {'CPU ms/1000 fr':>15} {'vs base':>8} {'p50 ms':>7} {'p99 ms':>7} {'dropped':>8}")
+    for i, r in enumerate(rows):
+        base = rows[i - i % 2]
+        ratio = r.cpu_ms_per_1000 / base.cpu_ms_per_1000
+        p50 = "-" if r.p50_ms is None else f"{r.p50_ms:.1f}"
+        p99 = "-" if r.p99_ms is None else f"{r.p99_ms:.1f}"
+        print(
+            f"{r.consumer:<28} {r.workers:>5} {r.frames_per_s:>9.0f} {r.cpu_cores:>6.3f} {r.cpu_ms_per_1000:>15.1f} "
+            f"{ratio:>7.2f}x {p50:>7} {p99:>7} {r.dropped:>8}"
+        )
+
+
+if __name__ == "__main__":
+    main()

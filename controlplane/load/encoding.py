@@ -1,0 +1,110 @@
+"""WatchLoads wire encoding: each changed worker serialized once, deltas assembled from bytes.
+
+At a thousand workers publishing 20 frames/s, nearly every worker changes every push
+interval, so the watch path encodes ~20 000 ``WorkerLoad`` messages a second. Building a
+message per change (keyword construction plus a ``RankLoad`` per rank) cost about three
+times as much as refreshing the fields of one long-lived message per worker and
+serializing it (``bench/load_ingest.py`` and the note in bench/README.md), and no view
+objects are built in between: the encoder reads the table's rank states directly.
+
+The bytes are shared by every watcher (ARCHITECTURE: convert once per snapshot, never per
+watcher). A ``WatchLoadsResponse`` is assembled by concatenating them as its repeated
+``workers`` field: protobuf's wire format defines a message as the concatenation of its
+fields, so the receiver parses it like any other (pinned by a unit test against the
+protobuf runtime's own encoding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from controlplane.load.convert import FRESHNESS, timestamp
+from controlplane.load.table import Freshness, RankState, rank_freshness, worker_freshness
+from controlplane.v1 import load_pb2
+
+_LEN = 2  # wire type of length-delimited fields
+_VARINT = 0
+_R = load_pb2.WatchLoadsResponse
+_TAG_FULL = bytes([(_R.FULL_FIELD_NUMBER << 3) | _VARINT])
+_TAG_WORKERS = bytes([(_R.WORKERS_FIELD_NUMBER << 3) | _LEN])
+_TAG_REMOVED = bytes([(_R.REMOVED_URLS_FIELD_NUMBER << 3) | _LEN])
+_TAG_TIME = bytes([(_R.TIME_FIELD_NUMBER << 3) | _LEN])
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def watch_response(full: bool, workers: Sequence[bytes], removed: Sequence[str], unix_s: float) -> bytes:
+    """The serialized ``WatchLoadsResponse`` of pre-serialized ``WorkerLoad`` messages."""
+    parts: list[bytes] = [_TAG_FULL, b"\x01"] if full else []
+    for worker in workers:
+        parts += (_TAG_WORKERS, _varint(len(worker)), worker)
+    for url in removed:
+        raw = url.encode()
+        parts += (_TAG_REMOVED, _varint(len(raw)), raw)
+    stamp = timestamp(unix_s).SerializeToString()
+    parts += (_TAG_TIME, _varint(len(stamp)), stamp)
+    return b"".join(parts)
+
+
+class WorkerLoadEncoder:
+    """One long-lived ``WorkerLoad`` per worker, refreshed from rank states and serialized."""
+
+    def __init__(self, stale_after_s: float) -> None:
+        self._stale_after_s = stale_after_s
+        self._messages: dict[str, load_pb2.WorkerLoad] = {}
+
+    def forget(self, url: str) -> None:
+        self._messages.pop(url, None)
+
+    def encode(self, url: str, ranks: Sequence[RankState], now: float) -> bytes:
+        msg = self._messages.get(url)
+        if msg is None or [m.endpoint for m in msg.ranks] != [r.endpoint for r in ranks]:
+            msg = load_pb2.WorkerLoad(url=url)
+            for r in ranks:
+                msg.ranks.add(dp_rank=r.dp_rank, endpoint=r.endpoint)
+            self._messages[url] = msg
+        deadline = now - self._stale_after_s
+        running = waiting = tokens = capacity = 0
+        oldest = 0.0
+        any_unknown = any_stale = False
+        for r, m in zip(ranks, msg.ranks, strict=True):
+            freshness = rank_freshness(r, deadline)
+            any_unknown |= freshness is Freshness.UNKNOWN
+            any_stale |= freshness is Freshness.STALE
+            age = 0.0 if r.last_rx is None else max(0.0, now - r.last_rx)
+            oldest = max(oldest, age)
+            stat = r.stat
+            if stat is not None:
+                running += stat.num_running_reqs
+                waiting += stat.num_waiting_reqs
+                tokens += stat.num_tokens
+                capacity += stat.max_total_num_tokens
+                m.num_running_reqs = stat.num_running_reqs
+                m.num_waiting_reqs = stat.num_waiting_reqs
+                m.num_tokens = stat.num_tokens
+                m.max_total_num_tokens = stat.max_total_num_tokens
+            else:  # a re-registered worker may reuse a message that had values
+                m.num_running_reqs = m.num_waiting_reqs = m.num_tokens = m.max_total_num_tokens = 0
+            m.seq = r.seq
+            m.age_s = age
+            m.dropped_frames = r.dropped_frames
+            m.publisher_restarts = r.publisher_restarts
+            m.freshness = FRESHNESS[freshness]
+            m.frames_received = r.frames_received
+            m.malformed_frames = r.malformed_frames
+        msg.num_running_reqs = running
+        msg.num_waiting_reqs = waiting
+        msg.num_tokens = tokens
+        msg.max_total_num_tokens = capacity
+        msg.freshness = FRESHNESS[
+            worker_freshness(any_unknown=any_unknown, any_stale=any_stale, ranks=len(ranks))
+        ]
+        msg.age_s = oldest
+        return msg.SerializeToString()
