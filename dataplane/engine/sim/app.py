@@ -255,12 +255,17 @@ class SimApp:
         stream = StreamBody(job)
         responder.start(200, job.headers)
         try:
-            first = stream.opening()
+            opening = stream.opening()
+            if opening:
+                await responder.write(opening)
             sent = 0
             while True:
-                if sim.generated > sent or first:
-                    await responder.write(first + stream.tokens(sent, sim.generated))
-                    first, sent = b"", sim.generated
+                while sent < sim.generated:
+                    # Bounded writes: a long instant answer is not built as one huge buffer,
+                    # and write() applies the client's backpressure between batches.
+                    upto = min(sim.generated, sent + _TOKENS_PER_WRITE)
+                    await responder.write(stream.tokens(sent, upto))
+                    sent = upto
                 if sim.finished:
                     break
                 await progress.wait()
@@ -272,6 +277,7 @@ class SimApp:
 
 
 _decoder = json.JSONDecoder()
+_TOKENS_PER_WRITE = 64
 
 
 def _json_loads(body: bytes) -> Any:

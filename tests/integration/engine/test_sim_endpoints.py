@@ -253,3 +253,13 @@ async def test_disconnected_non_streaming_request_is_aborted(make_sim: Any) -> N
         if sim.ranks[0].scheduler.counts()[0] == 0:
             break
     assert sim.ranks[0].scheduler.counts()[:3] == (0, 0, 0)
+
+
+async def test_long_instant_stream_arrives_whole(make_sim: Any, protocol: str) -> None:
+    """A 3000-token instant stream (sent in bounded batches, under flow control) arrives complete."""
+    sim = await make_sim()
+    async with Http(sim.url, protocol) as http:
+        reply = await http.post("/v1/completions", {"prompt": "x", "max_tokens": 3000, "stream": True})
+    events = reply.events()
+    assert events[-1] == "[DONE]" and len(events) == 3000 + 2
+    assert json.loads(events[2999])["choices"][0]["text"] != ""
