@@ -286,7 +286,16 @@ def run(args: argparse.Namespace) -> int:
             )
         router = fleet.start(
             "router",
-            ["dataplane", "--listen", f"127.0.0.1:{args.router_port}", "--control-plane", control],
+            [
+                "dataplane",
+                "--listen",
+                f"127.0.0.1:{args.router_port}",
+                "--control-plane",
+                control,
+                # Stable across runs, so the rollout view keeps one row for this router.
+                "--router-id",
+                "up-router",
+            ],
         )
         router_url = wait_for_line(router, r"listening on (http://\S+)").group(1)
         print(_banner(router_url, control, args.http_port, engines, seeded), flush=True)
