@@ -3,8 +3,8 @@
     .venv/bin/python bench/probe.py [--repeat 7]
 
 Chat bodies: (a) ~1 KiB, (b) ~4 MiB of long messages written as a client's json.dumps writes
-them (line breaks, quotes, non-ASCII text escaped), and (b') the same size in plain ASCII words
-with no escape at all, json.loads' best case. The contract injects two fields (top_p, n) and
+them (line breaks, quotes, non-ASCII text escaped), (b') the same size in plain ASCII words
+with no escape at all, json.loads' best case, and (b'') (b) with raw UTF-8 instead of escapes. The contract injects two fields (top_p, n) and
 checks the client's temperature, so every run splices. Prints CPU µs per request,
 best of --repeat interleaved rounds (these machines are shared: best-of CPU time is the least
 noisy estimate), and the ratio json.loads / probe.
@@ -47,11 +47,12 @@ WORDS = [
 EXTRAS = ["café", "naïve", "—", "“quoted”", '"really"', "😀", "\n", "\n\n", "- item\n", "`code`", "\t"]
 
 
-def chat_body(target_bytes: int, *, plain: bool = False, seed: int = 1) -> bytes:
+def chat_body(target_bytes: int, *, plain: bool = False, utf8: bool = False, seed: int = 1) -> bytes:
     """An OpenAI chat body of about ``target_bytes`` as a client's json.dumps writes it.
 
     ``plain``: ASCII words only, no escapes at all: json.loads' best case (the worst case for
-    the ratio)."""
+    the ratio). ``utf8``: non-ASCII text as raw UTF-8 (``ensure_ascii=False``, as httpx sends
+    it) instead of ``\\u`` escapes."""
     rng = random.Random(seed)
     messages = [{"role": "system", "content": "You are a helpful assistant."}]
     size = 200
@@ -64,7 +65,7 @@ def chat_body(target_bytes: int, *, plain: bool = False, seed: int = 1) -> bytes
         messages.append({"role": rng.choice(["user", "assistant"]), "content": text})
         size += len(text.encode()) + 40
     doc = {"model": "llama", "messages": messages, "temperature": 0.7, "max_tokens": 256, "stream": False}
-    return json.dumps(doc).encode()
+    return json.dumps(doc, ensure_ascii=not utf8).encode()
 
 
 def cpu_us(fn: Callable[[], object], iterations: int) -> float:
@@ -104,6 +105,7 @@ def main() -> int:
         ("(a) chat 1 KiB", chat_body(1024), 10000),
         ("(b) chat 4 MiB", chat_body(big), 10),
         ("(b') 4 MiB, plain ASCII", chat_body(big, plain=True), 10),
+        ("(b'') 4 MiB, raw UTF-8", chat_body(big, utf8=True), 10),
     ]
     print(f"{'case':<26}{'bytes':>10}{'json.loads µs':>15}{'probe+enforce µs':>18}{'ratio':>8}")
     for name, body, iterations in cases:
