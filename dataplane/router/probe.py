@@ -12,7 +12,7 @@ bytes, last key wins, then pydantic lax validation):
   strings with the pydantic rules of ``coercion``.
 * Routing keys must be refused when repeated, which a Struct cannot tell. So each routing key has
   its own marker type and msgspec hands every occurrence to ``_on_routing_value`` (its
-  ``dec_hook``): the occurrences are counted there. Routing values are small scalars.
+  ``dec_hook``), which refuses a second one. Routing values are small scalars.
 * Anything msgspec refuses (malformed JSON, ``NaN`` literals, lone surrogate escapes, too deep
   nesting) is a 400: refusing is always safe, and ``json.loads`` would refuse most of it too. What
   msgspec accepts but ``json.loads`` refuses (e.g. invalid UTF-8 inside a skipped string) reaches
