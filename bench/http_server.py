@@ -8,6 +8,10 @@ load generator ``bench/loadgen.py``. Server CPU per request is read from ``/proc
 
 wrk: ``apt-get install -y wrk`` (Debian/Ubuntu). Ratios are the figures to trust: the machine
 is shared and noisy.
+
+A second table isolates the layer's own Python cost: requests fed to one connection object with
+a fake transport (no sockets, no syscalls), CPU per request minus one bare event-loop turn,
+for HTTP/1.1 and h2c with a synchronous and an ``async def`` handler.
 """
 
 from __future__ import annotations
@@ -70,6 +74,111 @@ def _serve_aiohttp() -> None:
         await asyncio.Event().wait()
 
     uvloop.run(main())
+
+
+# -- in-process layer cost -----------------------------------------------------------------------
+
+
+class _NullTransport(asyncio.Transport):
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default
+
+    def is_closing(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _h2_frames(count: int) -> tuple[bytes, list[bytes]]:
+    import h2.config
+    import h2.connection
+
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+    client.initiate_connection()
+    preface = client.data_to_send()
+    frames = []
+    for _ in range(count):
+        sid = client.get_next_available_stream_id()
+        client.send_headers(
+            sid,
+            [
+                (b":method", b"GET"),
+                (b":path", b"/"),
+                (b":scheme", b"http"),
+                (b":authority", b"127.0.0.1:8080"),
+            ],
+            end_stream=True,
+        )
+        frames.append(client.data_to_send())
+        del client.streams[sid]  # the answers are never fed back: keep the client small
+    return preface, frames
+
+
+def _layer_costs(count: int, rounds: int) -> dict[str, float]:
+    import uvloop
+
+    from dataplane.http.context import ServerContext
+    from dataplane.http.http1 import Http1Connection
+    from dataplane.http.http2 import Http2Connection
+    from dataplane.http.limits import ServerLimits
+    from dataplane.http.request import Handler, Request, Responder
+
+    headers = [(b"content-type", b"text/plain")]
+    h1_request = b"GET / HTTP/1.1\r\nhost: 127.0.0.1:8080\r\nuser-agent: wrk\r\naccept: */*\r\n\r\n"
+
+    def sync_handler(req: Request, resp: Responder) -> None:
+        resp.respond(200, headers, BODY)
+
+    async def async_handler(req: Request, resp: Responder) -> None:
+        resp.respond(200, headers, BODY)
+
+    async def loop_turns() -> float:
+        started = time.process_time()
+        for _ in range(count):
+            await asyncio.sleep(0)
+        return time.process_time() - started
+
+    async def feed(proto: str, handler: Handler) -> float:
+        ctx = ServerContext(handler=handler, limits=ServerLimits(), loop=asyncio.get_running_loop())
+        if proto == "h1":
+            conn: Http1Connection | Http2Connection = Http1Connection(ctx)
+            chunks = [h1_request] * count
+            conn.connection_made(_NullTransport())
+            conn.data_received(b"")  # detection done before timing
+        else:
+            conn = Http2Connection(ctx)
+            preface, chunks = _h2_frames(count)
+            conn.connection_made(_NullTransport())
+            conn.data_received(preface)
+        started = time.process_time()
+        for chunk in chunks:
+            conn.data_received(chunk)
+            await asyncio.sleep(0)
+        return time.process_time() - started
+
+    async def run() -> dict[str, float]:
+        best: dict[str, float] = {}
+        cases = {
+            "h1 sync handler": ("h1", sync_handler),
+            "h1 async handler": ("h1", async_handler),
+            "h2c sync handler": ("h2", sync_handler),
+            "h2c async handler": ("h2", async_handler),
+        }
+        for _ in range(rounds):
+            base = await loop_turns()
+            for name, (proto, handler) in cases.items():
+                cost = (await feed(proto, handler) - base) / count * 1e6
+                best[name] = min(best.get(name, cost), cost)
+        return best
+
+    return uvloop.run(run())
 
 
 # -- the driver -------------------------------------------------------------------------------------
@@ -147,6 +256,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--serve", choices=SERVERS, help=argparse.SUPPRESS)
+    parser.add_argument("--layer-only", action="store_true", help="only the in-process table")
     args = parser.parse_args()
     if args.serve == "aiohttp":
         _serve_aiohttp()
@@ -154,6 +264,17 @@ def main() -> int:
     if args.serve:
         _serve_fleetplane(sync=args.serve == "fleetplane-sync")
         return 0
+    if not args.layer_only:
+        _print_load_table(args)
+    print()
+    print("layer CPU per request, in process (fake transport, no syscalls), best of 5 rounds")
+    print(f"{'case':<20} {'us/req':>8}")
+    for name, cost_us in _layer_costs(5000, 5).items():
+        print(f"{name:<20} {cost_us:>8.1f}")
+    return 0
+
+
+def _print_load_table(args: argparse.Namespace) -> None:
     if shutil.which("wrk"):
         gen = "wrk -t1"
     else:
@@ -167,7 +288,6 @@ def main() -> int:
     print(f"{'server':<18} {'req/s':>9} {'vs aiohttp':>11} {'CPU us/req':>11} {'vs aiohttp':>11}")
     for kind, (rps, cpu) in results.items():
         print(f"{kind:<18} {rps:>9.0f} {rps / base_rps:>10.2f}x {cpu:>11.1f} {cpu / base_cpu:>10.2f}x")
-    return 0
 
 
 if __name__ == "__main__":
