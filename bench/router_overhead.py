@@ -1,6 +1,6 @@
 """What the fleetplane router adds over talking to engine-sim directly (issue 6 benchmark).
 
-    python bench/router_overhead.py [--duration-s 4] [--connections 16]
+    python bench/router_overhead.py [--duration-s 2] [--repeats 3] [--connections 16]
 
 One run, same machine, same engine-sim: each load goes to (a) engine-sim directly and (b) the
 router in front of it (one HTTP/1.1 worker, a contract that injects two fields on every request:
@@ -8,9 +8,11 @@ the realistic judged path, every feature on). Loads: 1 KiB chat body, non-stream
 (max_tokens 16) and streaming (16 SSE events), each at 1 connection (unloaded latency) and at
 ``--connections`` keep-alive connections (throughput, CPU per request).
 
-Reported: req/s, p50/p99 latency (wrk, to the last byte) and what the router adds to them, and
-router CPU microseconds per request: the router process's CPU time over the run (all threads,
-``/proc/PID/task/*/schedstat``, ns resolution) divided by the requests answered.
+Reported (medians of alternating direct/router runs): req/s, p50/p99 latency (wrk, to the last
+byte) and what the router adds to them, and CPU microseconds per request of the router and of
+engine-sim (the same-run baseline: a Python server on the same HTTP stack doing one hop's work):
+each process's CPU time over the run (all threads, ``/proc/PID/task/*/schedstat``, ns
+resolution) divided by the requests answered.
 
 Load generator: wrk (C, so it takes as little of this 2-core machine as possible from the two
 processes measured). Install it with ``apt-get install -y wrk``.
@@ -30,6 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -85,17 +88,17 @@ class Run:
     p99_s: float
     requests: int
     errors: int
-    router_cpu_s: float
+    cpu_s: list[float]  # CPU seconds spent by each of ``pids`` during the run
 
 
-def wrk(url: str, body: bytes, *, connections: int, duration_s: float, router_pid: int | None) -> Run:
+def wrk(url: str, body: bytes, *, connections: int, duration_s: float, pids: tuple[int, ...]) -> Run:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(
             'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
             f"wrk.body = {json.dumps(body.decode())}\n"
         )
     try:
-        cpu0 = cpu_seconds(router_pid) if router_pid else 0.0
+        cpu0 = [cpu_seconds(pid) for pid in pids]
         out = subprocess.run(
             [
                 "wrk",
@@ -111,7 +114,7 @@ def wrk(url: str, body: bytes, *, connections: int, duration_s: float, router_pi
             text=True,
             check=True,
         ).stdout
-        cpu = (cpu_seconds(router_pid) - cpu0) if router_pid else 0.0
+        cpu = [cpu_seconds(pid) - before for pid, before in zip(pids, cpu0, strict=True)]
     finally:
         os.unlink(script.name)
     pct = dict(re.findall(r"^\s+(\d+)%\s+([\d.]+\w+)", out, re.M))
@@ -123,7 +126,7 @@ def wrk(url: str, body: bytes, *, connections: int, duration_s: float, router_pi
         p99_s=_seconds(pct["99"]),
         requests=requests,
         errors=int(errors_m.group(1)) if errors_m else 0,
-        router_cpu_s=cpu,
+        cpu_s=cpu,
     )
 
 
@@ -135,8 +138,9 @@ def _seconds(text: str) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration-s", type=float, default=4.0)
+    parser.add_argument("--duration-s", type=float, default=2.0)
     parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("wrk not found: install it with `apt-get install -y wrk`", file=sys.stderr)
@@ -165,27 +169,48 @@ def main() -> int:
             for conns in (1, args.connections):
                 # warm both paths (connections, pools, caches) before measuring
                 for url in (sim.url, router.url):
-                    wrk(url, body, connections=conns, duration_s=1, router_pid=None)
-                direct = wrk(sim.url, body, connections=conns, duration_s=args.duration_s, router_pid=None)
-                via = wrk(
-                    router.url, body, connections=conns, duration_s=args.duration_s, router_pid=router.pid
-                )
+                    wrk(url, body, connections=conns, duration_s=1, pids=())
+                # Alternate short direct/router runs and keep medians: on a shared machine the
+                # background load changes from second to second, and alternating spreads it
+                # evenly over both sides.
+                direct, via = [], []
+                for _ in range(args.repeats):
+                    direct.append(
+                        wrk(sim.url, body, connections=conns, duration_s=args.duration_s, pids=(sim.pid,))
+                    )
+                    via.append(
+                        wrk(
+                            router.url,
+                            body,
+                            connections=conns,
+                            duration_s=args.duration_s,
+                            pids=(router.pid, sim.pid),
+                        )
+                    )
                 rows.append((stream, conns, direct, via))
     finally:
         router.stop()
         sim.stop()
 
-    print(f"router overhead — 1 KiB chat body, 16 tokens, {args.duration_s:g} s per cell, wrk -t1")
     print(
-        f"{'mode':<14}{'conns':>6}{'direct rps':>12}{'router rps':>12}{'ratio':>7}"
-        f"{'p50 +ms':>9}{'p99 +ms':>9}{'router p50':>11}{'CPU µs/req':>12}{'errors':>8}"
+        f"router overhead — 1 KiB chat body, 16 tokens, median of {args.repeats} alternating "
+        f"{args.duration_s:g} s runs per cell, wrk -t1; load average {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"{'mode':<14}{'conns':>6}{'direct rps':>11}{'router rps':>11}{'p50 direct':>11}{'p50 +ms':>9}"
+        f"{'p99 +ms':>9}{'router µs/req':>14}{'sim µs/req':>11}{'router/sim':>11}{'errors':>7}"
     )
     for stream, conns, direct, via in rows:
+        router_cpu = median(v.cpu_s[0] / max(v.requests, 1) for v in via) * 1e6
+        sim_cpu = median(d.cpu_s[0] / max(d.requests, 1) for d in direct) * 1e6
         print(
-            f"{'streaming' if stream else 'non-streaming':<14}{conns:>6}{direct.rps:>12.0f}{via.rps:>12.0f}"
-            f"{via.rps / direct.rps:>7.2f}{(via.p50_s - direct.p50_s) * 1e3:>9.3f}"
-            f"{(via.p99_s - direct.p99_s) * 1e3:>9.3f}{via.p50_s * 1e3:>9.3f}ms"
-            f"{via.router_cpu_s / max(via.requests, 1) * 1e6:>12.1f}{direct.errors + via.errors:>8}"
+            f"{'streaming' if stream else 'non-streaming':<14}{conns:>6}"
+            f"{median(d.rps for d in direct):>11.0f}{median(v.rps for v in via):>11.0f}"
+            f"{median(d.p50_s for d in direct) * 1e3:>9.3f}ms"
+            f"{(median(v.p50_s for v in via) - median(d.p50_s for d in direct)) * 1e3:>9.3f}"
+            f"{(median(v.p99_s for v in via) - median(d.p99_s for d in direct)) * 1e3:>9.3f}"
+            f"{router_cpu:>14.1f}{sim_cpu:>11.1f}{router_cpu / sim_cpu:>11.2f}"
+            f"{sum(d.errors for d in direct) + sum(v.errors for v in via):>7}"
         )
     return 0
 
