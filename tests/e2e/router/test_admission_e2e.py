@@ -82,3 +82,28 @@ def test_disconnected_clients_leak_no_slot(slow_sim: EngineSim) -> None:
         time.sleep(0.1)
         counts = _burst(router.url, 3)
         assert counts == {(200, ""): 3}
+
+
+def test_refusals_happen_before_admission(slow_sim: EngineSim) -> None:
+    """With every slot and queue place taken, a contract violation still gets its 400, not a 429."""
+    flags = (
+        "--max-concurrency",
+        "1",
+        "--queue-size",
+        "0",
+        "--override-sampling-params",
+        '{"temperature": 0.5}',
+    )
+    with RouterProcess("--worker", slow_sim.url, *flags) as router:
+        busy = _open_and_abandon(router, chat(max_tokens=200, stream=True))
+        busy.settimeout(5)
+        assert busy.recv(100).startswith(b"HTTP/1.1 200")
+        assert (
+            post(router.url, "/v1/chat/completions", chat())[1].get("x-router-error-code")
+            == "service_overloaded"
+        )
+        status, headers, _ = post(router.url, "/v1/chat/completions", chat(temperature=1.5))
+        assert (status, headers["x-router-error-code"]) == (400, "sampling_contract_violation")
+        status, headers, _ = post(router.url, "/v1/chat/completions", chat("unknown-model"))
+        assert (status, headers["x-router-error-code"]) == (404, "model_not_found")
+        busy.close()

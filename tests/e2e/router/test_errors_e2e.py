@@ -155,3 +155,11 @@ def test_worker_killed_before_answering_is_502() -> None:
             assert json.loads(body)["error"]["code"] == "upstream_body_incomplete"
     finally:
         sim.stop()
+
+
+def test_other_v1_paths_are_forwarded_unjudged(two_models: RouterProcess) -> None:
+    """POST /v1/<other> goes to the model's worker unjudged: the engine's own answer comes back."""
+    status, headers, body = post(two_models.url, "/v1/embeddings", {"model": MODEL, "input": "hi"})
+    assert "x-contract-revision" not in headers
+    assert headers.get("x-router-error-code") is None  # the worker answered, not the router
+    assert status == 404 and b"Not Found" in body  # engine-sim has no embeddings endpoint
