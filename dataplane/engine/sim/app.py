@@ -51,6 +51,7 @@ class SimApp:
     """The request handler given to ``dataplane.http`` (``app(request, responder)``)."""
 
     def __init__(self, ranks: list[SimRank], *, model: str, info: dict[str, Any], model_path: str) -> None:
+        self._ranks = ranks
         self._picker = RankPicker(ranks)
         self._model = model
         created = int(time.time())
@@ -85,6 +86,9 @@ class SimApp:
             path: (b"GET", self._static(body)) for path, body in get_bodies.items()
         }
         self.set_server_info(info)
+        self._routes[b"/health_generate"] = (b"GET", self._static(b""))
+        self._routes[b"/flush_cache"] = (b"POST", self._static(b""))
+        self._routes[b"/get_load"] = (b"GET", self._load)
         self._routes[b"/v1/chat/completions"] = (b"POST", self._chat)
         self._routes[b"/v1/completions"] = (b"POST", self._completion)
         self._routes[b"/generate"] = (b"POST", self._generate)
@@ -117,6 +121,21 @@ class SimApp:
             responder.respond(200, headers, body)
 
         return answer
+
+    def _load(self, _request: Request, responder: Responder) -> None:
+        """SGLang's ``GET /get_load``: per dp rank, requests (running + waiting) and KV tokens."""
+        loads = []
+        for rank in self._ranks:
+            running, waiting, tokens, _capacity = rank.scheduler.counts()
+            loads.append(
+                {
+                    "dp_rank": rank.rank,
+                    "num_reqs": running + waiting,
+                    "num_waiting_reqs": waiting,
+                    "num_tokens": tokens,
+                }
+            )
+        responder.respond(200, r.JSON_HEADERS, r.encode(loads))
 
     # -- parsing ----------------------------------------------------------------------------
     @staticmethod

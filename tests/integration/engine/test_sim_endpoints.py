@@ -263,3 +263,21 @@ async def test_long_instant_stream_arrives_whole(make_sim: Any, protocol: str) -
     events = reply.events()
     assert events[-1] == "[DONE]" and len(events) == 3000 + 2
     assert json.loads(events[2999])["choices"][0]["text"] != ""
+
+
+async def test_get_load_follows_the_schedulers(make_sim: Any, protocol: str) -> None:
+    """GET /get_load reports each dp rank's requests and KV tokens, like SGLang's."""
+    sim = await make_sim("--dp-size", "2", "--decode-tokens-per-s", "10")
+    async with Http(sim.url, protocol) as http:
+        idle = (await http.get("/get_load")).json()
+        pending = asyncio.ensure_future(http.post("/v1/chat/completions", {**CHAT, "max_tokens": 3}))
+        await asyncio.sleep(0.1)
+        busy = (await http.get("/get_load")).json()
+        await pending
+        extra = [await http.get("/health_generate"), await http.post("/flush_cache")]
+    assert idle == [
+        {"dp_rank": 0, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0},
+        {"dp_rank": 1, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0},
+    ]
+    assert sum(rank["num_reqs"] for rank in busy) == 1 and sum(rank["num_tokens"] for rank in busy) > 0
+    assert [reply.status for reply in extra] == [200, 200]
