@@ -183,7 +183,8 @@ class Proxy:
         except asyncio.CancelledError:
             if not responder.disconnected:
                 raise
-            # Cancelled by the disconnect sweeper: nothing to answer, nobody to answer to.
+            # Cancelled by the disconnect sweeper: nobody to answer; close the answer quietly.
+            responder.abort()
             status = CLIENT_CLOSED
         stats.observe(status, perf_counter() - started)
 
@@ -319,6 +320,7 @@ class Proxy:
                 responder.end()
         except ClientDisconnected:
             response.abort()
+            responder.abort()
             self._metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
             return CLIENT_CLOSED
         except (UpstreamBodyIncomplete, UpstreamTimeout) as failed:
@@ -330,6 +332,7 @@ class Proxy:
                 try:
                     await responder.write(sse_error_event(failed))
                 except ClientDisconnected:
+                    responder.abort()
                     return CLIENT_CLOSED
                 responder.end()
             else:

@@ -82,6 +82,8 @@ def test_disconnected_clients_leak_no_slot(slow_sim: EngineSim) -> None:
         time.sleep(0.1)
         counts = _burst(router.url, 3)
         assert counts == {(200, ""): 3}
+        # A client going away is ordinary: nothing is logged as an error.
+        assert [line for line in router.output if '"level": "error"' in line] == []
 
 
 def test_refusals_happen_before_admission(slow_sim: EngineSim) -> None:
