@@ -270,3 +270,19 @@ async def test_stream_without_credit_is_reset_after_the_write_timeout() -> None:
         assert st.reset == ErrorCodes.INTERNAL_ERROR
         assert bytes((await client.response(client.request(b"GET", b"/x"))).body) == b"ok"
         await client.close()
+
+
+async def test_trailers_are_ignored_and_settings_advertised() -> None:
+    """Request trailers are ignored (the body still arrives); our SETTINGS carry the configured limits."""
+    async with serving(echo, h2_max_concurrent_streams=77, h2_initial_window_bytes=1 << 20) as server:
+        client = await H2Client.open(server.port)
+        remote = client.conn.remote_settings
+        assert remote.max_concurrent_streams == 77
+        assert remote.initial_window_size == 1 << 20
+        assert remote.enable_push == 0
+        sid = client.request(b"POST", b"/t", b"body", headers=[(b"te", b"trailers")], end=False)
+        client.conn.send_headers(sid, [(b"x-checksum", b"abc")], end_stream=True)
+        client.flush()
+        st = await client.response(sid)
+        assert bytes(st.body) == b"POST /t t body"
+        await client.close()
