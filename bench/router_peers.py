@@ -10,8 +10,12 @@ Targets, each in front of the same two engine-sim workers (one run, same machine
   vllm-router       ``vllm-router`` (PyPI), HTTP/1.1 workers
 
 Load: closed loop (``bench/loadgen.py``), 1 KiB chat body, non-streaming then streaming (16 tokens).
-Reported per target: req/s, p50/p99 latency added over direct (last byte; streaming also first
-event), and the router's CPU µs per request (``/proc`` schedstat of the router process tree).
+Per target and mode, two phases: ``--latency-requests`` sequential requests (concurrency 1: on a
+2-core box any concurrency saturates the CPU and latency then measures queueing, not the hop)
+give p50/p99 and the latency added over the direct baseline (``direct`` for HTTP/1.1 targets,
+``direct-h2c`` — the same h2c engines driven through ``H2Pool`` — for the h2c target); then
+``--requests`` at ``--concurrency`` give req/s and the router's CPU µs per request (``/proc``
+schedstat of the router process tree, every thread).
 
 The peers try to fetch tokenizers from the Hugging Face hub at start, so the whole benchmark runs
 inside a fresh network namespace with loopback only (``unshare -n``; the script re-executes
@@ -142,7 +146,8 @@ def _routers(h1: list[Proc], h2: list[Proc], log_dir: Path) -> dict[str, Callabl
 class Row:
     target: str
     mode: str
-    result: LoadResult
+    throughput: LoadResult  # concurrency N: req/s and CPU
+    latency: LoadResult  # concurrency 1: latency without queueing on a saturated 2-core box
     cpu_us_per_req: float | None
 
 
@@ -171,41 +176,83 @@ async def _load(ports: list[int], stream: bool, requests: int, concurrency: int)
     return merged
 
 
-async def _measure(ports: list[int], pid: int | None, stream: bool, requests: int, concurrency: int) -> Row:
-    await _load(ports, stream, min(300, requests), concurrency)  # warm-up
+async def _h2c_latency(ports: list[int], stream: bool, requests: int) -> LoadResult:
+    """Concurrency-1 latency straight to h2c engines (the h2c targets' baseline), via H2Pool."""
+    from dataplane.router.upstream_h2 import H2Pool
+
+    pools = [H2Pool("127.0.0.1", port) for port in ports]
+    body = chat_body(MODEL, stream=stream)
+    headers = [(b"content-type", b"application/json")]
+    result = LoadResult()
+    start = time.perf_counter()
+    for i in range(requests):
+        t0 = time.perf_counter()
+        resp = await pools[i % len(pools)].request(
+            b"POST", b"/v1/chat/completions", headers, body, timeout_s=30
+        )
+        first = 0.0
+        if resp.buffered_body() is None:
+            async for _ in resp.chunks():
+                first = first or time.perf_counter()
+        now = time.perf_counter()
+        result.ok += resp.status == 200
+        result.latencies_s.append(now - t0)
+        result.first_byte_s.append((first or now) - t0)
+    result.elapsed_s = time.perf_counter() - start
+    result.latencies_s.sort()
+    result.first_byte_s.sort()
+    for pool in pools:
+        await pool.close()
+    return result
+
+
+async def _measure(
+    ports: list[int],
+    pid: int | None,
+    stream: bool,
+    args: argparse.Namespace,
+    h2c_ports: list[int] | None = None,
+) -> Row:
+    await _load(ports, stream, min(300, args.requests), args.concurrency)  # warm-up
+    if h2c_ports is not None:
+        latency = await _h2c_latency(h2c_ports, stream, args.latency_requests)
+        return Row("", "stream" if stream else "plain", LoadResult(), latency, None)
+    latency = await _load(ports[:1], stream, args.latency_requests, 1)
     cpu0 = cpu_seconds(pid) if pid else 0.0
-    result = await _load(ports, stream, requests, concurrency)
+    result = await _load(ports, stream, args.requests, args.concurrency)
     cpu = (cpu_seconds(pid) - cpu0) if pid else None
     per_req = None if cpu is None or not result.ok else cpu / result.ok * 1e6
-    return Row("", "stream" if stream else "plain", result, per_req)
+    return Row("", "stream" if stream else "plain", result, latency, per_req)
 
 
 def _ms(x: float) -> str:
-    return f"{x * 1e3:7.2f}"
+    return f"{x * 1e3:.2f}"
 
 
 def _table(rows: list[Row], skipped: dict[str, str]) -> str:
-    direct = {r.mode: r for r in rows if r.target == "direct"}
+    base = {(r.target, r.mode): r.latency for r in rows if r.target.startswith("direct")}
     out = [
-        "| target | mode | req/s | errors | p50 ms | p99 ms | added p50 ms | added p99 ms | "
-        "added p50 first event ms | router CPU µs/req |",
+        "| target | mode | req/s (c=N) | errors | p50 ms (c=1) | p99 ms (c=1) | added p50 ms | "
+        "added p99 ms | added p50 first event ms | router CPU µs/req |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        base = direct.get(r.mode)
-        res = r.result
-        add50 = res.pct(0.5) - base.result.pct(0.5) if base and r.target != "direct" else 0.0
-        add99 = res.pct(0.99) - base.result.pct(0.99) if base and r.target != "direct" else 0.0
+        lat = r.latency
+        ref = base.get(("direct-h2c" if r.target.endswith("h2c") else "direct", r.mode))
+        is_base = r.target.startswith("direct")
+        add50 = "—" if is_base or ref is None else _ms(lat.pct(0.5) - ref.pct(0.5))
+        add99 = "—" if is_base or ref is None else _ms(lat.pct(0.99) - ref.pct(0.99))
         addfb = (
-            res.pct(0.5, first_byte=True) - base.result.pct(0.5, first_byte=True)
-            if base and r.target != "direct" and r.mode == "stream"
-            else 0.0
+            _ms(lat.pct(0.5, first_byte=True) - ref.pct(0.5, first_byte=True))
+            if not is_base and ref is not None and r.mode == "stream"
+            else "—"
         )
+        rps = f"{r.throughput.rps:.0f}" if r.throughput.ok else "—"
         cpu = "—" if r.cpu_us_per_req is None else f"{r.cpu_us_per_req:.0f}"
+        errors = r.throughput.errors + lat.errors
         out.append(
-            f"| {r.target} | {r.mode} | {res.rps:.0f} | {res.errors} | {_ms(res.pct(0.5))} | "
-            f"{_ms(res.pct(0.99))} | {_ms(add50)} | {_ms(add99)} | "
-            f"{_ms(addfb) if r.mode == 'stream' else '—'} | {cpu} |"
+            f"| {r.target} | {r.mode} | {rps} | {errors} | {_ms(lat.pct(0.5))} | {_ms(lat.pct(0.99))} | "
+            f"{add50} | {add99} | {addfb} | {cpu} |"
         )
     for name, why in skipped.items():
         out.append(f"| {name} | — | not run: {why} | | | | | | | |")
@@ -228,8 +275,12 @@ def run(args: argparse.Namespace) -> int:
             _wait_ready(w, "/health")
         time.sleep(1.0)  # the h2c sims cannot be polled with urllib
         for stream in (False, True):
-            row = asyncio.run(_measure([w.port for w in h1], None, stream, args.requests, args.concurrency))
+            row = asyncio.run(_measure([w.port for w in h1], None, stream, args))
             row.target = "direct"
+            rows.append(row)
+        for stream in (False, True):
+            row = asyncio.run(_measure([w.port for w in h1], None, stream, args, [w.port for w in h2]))
+            row.target = "direct-h2c"
             rows.append(row)
         for name, start in _routers(h1, h2, log_dir).items():
             if only is not None and name not in only:
@@ -246,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
                 skipped[name] = f"{exc} (log: {log_dir / (name + '.log')})"
                 continue
             for stream in (False, True):
-                row = asyncio.run(_measure([p.port], p.proc.pid, stream, args.requests, args.concurrency))
+                row = asyncio.run(_measure([p.port], p.proc.pid, stream, args))
                 row.target = name
                 rows.append(row)
             p.stop()
@@ -254,7 +305,10 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for p in procs:
             p.stop()
-    print(f"requests={args.requests} concurrency={args.concurrency} body=1 KiB chat, max_tokens=16")
+    print(
+        f"requests={args.requests} concurrency={args.concurrency} latency_requests={args.latency_requests} "
+        "body=1 KiB chat, max_tokens=16"
+    )
     print(_table(rows, skipped))
     if not args.keep_logs:
         shutil.rmtree(log_dir, ignore_errors=True)
@@ -264,7 +318,8 @@ def run(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--requests", type=int, default=3000)
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=8, help="connections for req/s and CPU")
+    parser.add_argument("--latency-requests", type=int, default=400, help="sequential, for latency")
     parser.add_argument("--only", default="", help="comma-separated router targets")
     parser.add_argument("--keep-logs", action="store_true")
     parser.add_argument("--no-netns", action="store_true", help="run in the current network namespace")

@@ -147,6 +147,7 @@ class ClientCodec:
         self._recv_windows: dict[int, int] = {}
         self._conn_recv_unacked = 0
         self._continuation: tuple[int, int, bytearray] | None = None  # (stream, flags, block)
+        self._decoded: dict[bytes, list[tuple[bytes, bytes]]] = {}
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -362,17 +363,39 @@ class ClientCodec:
             self._continuation = None
             self._headers_done(sid, pending[1], bytes(pending[2]))
 
-    def _headers_done(self, sid: int, flags: int, block: bytes) -> None:
+    def _decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+        """HPACK-decode a header block, reusing the result for a block seen before.
+
+        A worker answers with the same few header blocks over and over (fully indexed once its
+        dynamic table holds them). The same bytes decode to the same headers as long as the
+        dynamic table did not change in between, so the cache is dropped whenever a decode
+        changes the table, and a block that changes it is never cached.
+        """
+        cached = self._decoded.get(block)
+        if cached is not None:
+            return cached
+        table = self._decoder.header_table
+        entries = table.dynamic_entries
+        size, front, maxsize = len(entries), entries[0] if entries else None, table.maxsize
         try:
-            headers = self._decoder.decode(block, raw=True)
+            headers: list[tuple[bytes, bytes]] = self._decoder.decode(block, raw=True)  # type: ignore[assignment]
         except hpack.HPACKError as exc:
             raise H2ProtocolError(f"bad header block: {exc}", 9) from exc  # COMPRESSION_ERROR
+        # Identity, not equality: re-inserting an equal field still shifts every index.
+        if len(entries) != size or (entries and entries[0] is not front) or table.maxsize != maxsize:
+            self._decoded.clear()
+        elif len(self._decoded) < 256:
+            self._decoded[block] = headers
+        return headers
+
+    def _headers_done(self, sid: int, flags: int, block: bytes) -> None:
+        headers = self._decode(block)
         end = bool(flags & END_STREAM)
         if sid not in self._recv_windows:
             return  # decoded anyway: the HPACK table must stay in step with the peer's
         if end:
             self.forget(sid)
-        self._listener.on_headers(sid, headers, end)  # type: ignore[arg-type]
+        self._listener.on_headers(sid, headers, end)
 
     def _on_settings(self, sid: int, flags: int, payload: bytes) -> None:
         if sid != 0:

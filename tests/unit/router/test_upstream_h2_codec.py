@@ -180,3 +180,23 @@ def test_garbage_is_a_protocol_error() -> None:
     codec, _, _ = _pair()
     with pytest.raises(H2ProtocolError):
         codec.feed(b"\xff\xff\xff\x00\x00\x00\x00\x00\x01")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.sampled_from([b"x-a", b"x-b", b"content-length"]), _value), max_size=4),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_repeated_header_blocks_decode_exactly(answers: list[list[tuple[bytes, bytes]]]) -> None:
+    """Header blocks reusing the peer's dynamic table decode to exactly what it sent (decode cache)."""
+    codec, rec, server = _pair()
+    for i, extra in enumerate(answers * 2):
+        sid, block = codec.open_stream(b"GET", b"/", b"h:1", [], True)
+        server.receive_data(block)
+        sent = [(b":status", b"200"), *extra]
+        server.send_headers(sid, sent, end_stream=True)
+        codec.feed(server.data_to_send())
+        assert rec.headers[sid] == sent, i
