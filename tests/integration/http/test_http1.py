@@ -431,3 +431,25 @@ async def test_client_that_stops_reading_hits_the_write_timeout() -> None:
         await asyncio.sleep(0.05)
         assert server.connection_count == 0
         wr.close()
+
+
+async def test_accepted_sockets_have_tcp_nodelay() -> None:
+    """Every accepted socket, HTTP/1.1 or h2c, has TCP_NODELAY set (SPEC §5)."""
+    # asyncio and uvloop also set it on their own today; the server sets it explicitly so the
+    # guarantee does not depend on the event loop.
+    import socket
+
+    from tests.integration.http.conftest import H2Client
+
+    async with serving(echo) as server:
+        _rd, wr = await h1_open(server.port)
+        wr.write(get())
+        await _rd.read()
+        client = await H2Client.open(server.port)
+        conns = list(server._ctx.connections)  # the server's live connections (white-box: no public view)
+        assert len(conns) == 2
+        for conn in conns:
+            sock = conn._transport.get_extra_info("socket")  # type: ignore[attr-defined]
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        await client.close()
+        wr.close()
