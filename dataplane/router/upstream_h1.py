@@ -12,8 +12,8 @@ closed before anything was written, is ``UpstreamUnreachable`` (safe to retry el
 request bytes are written, a lost connection is ``UpstreamBodyIncomplete`` and the deadline is
 ``UpstreamTimeout``: the worker may have acted on the request, so those are never retried.
 
-Idle connections are dropped after ``idle_ttl_s`` (below the usual 5 s server keep-alive) so we
-rarely race a server closing an idle connection while we reuse it. A slow client pauses reading
+Idle connections are dropped after ``idle_ttl_s`` (4 s: below the 5 s keep-alive of uvicorn, which
+SGLang serves with) so we rarely race a server closing an idle connection while we reuse it. A slow client pauses reading
 from the worker once ``HIGH_WATER`` bytes are buffered (backpressure instead of unbounded memory).
 """
 
@@ -291,7 +291,7 @@ class H1Pool:
         port: int,
         *,
         max_idle: int = 256,
-        idle_ttl_s: float = 2.0,
+        idle_ttl_s: float = 4.0,
         connect_timeout_s: float = 5.0,
     ) -> None:
         self.host = host
