@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 
 import pytest
 
+from dataplane.router.upstream_h2 import H2Pool
 from tests.fakes.engine_sim import EngineSim
 from tests.fakes.router import RouterProcess
 
@@ -109,3 +111,35 @@ def test_dead_worker_is_ejected_and_probed_back() -> None:
                 statuses = [post_chat(router.port)[0] for _ in range(10)]
                 assert statuses == [200] * 10
                 assert _upstream_ok(router, "h2c") > before
+
+
+def _engine_reqs(sim: EngineSim, http2: bool) -> int:
+    """Requests running or waiting in the engine (its ``GET /get_load``), over its own protocol."""
+    if not http2:
+        return sum(rank["num_reqs"] for rank in sim.get_json("/get_load"))
+
+    async def fetch() -> int:
+        pool = H2Pool(sim.host, sim.port)
+        try:
+            resp = await pool.request(b"GET", b"/get_load", [], b"", timeout_s=5)
+            body = resp.buffered_body() or b"".join([c async for c in resp.chunks()])
+            return sum(rank["num_reqs"] for rank in json.loads(body))
+        finally:
+            await pool.close()
+
+    return asyncio.run(fetch())
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "h2c"])
+def test_client_disconnect_cancels_the_upstream_request(http2: bool) -> None:
+    """A client leaving mid-stream stops the engine's work (h2: RST_STREAM; h1: connection closed)."""
+    flags = ["--decode-tokens-per-s", "20", *(["--http2"] if http2 else [])]
+    with EngineSim(*flags) as sim, RouterProcess("--worker", sim.url) as router:
+        conn, resp = open_stream(router.port, max_tokens=400)  # 20 s of decoding if never cancelled
+        assert resp.status == 200
+        assert resp.read1(65536).startswith(b"data: ")
+        assert _engine_reqs(sim, http2) == 1
+        conn.sock.close()  # type: ignore[union-attr]
+        conn.close()
+        assert wait_for(lambda: _engine_reqs(sim, http2) == 0, timeout_s=5, interval_s=0.1)
+        assert post_chat(router.port)[0] == 200  # the router and its pool are still fine
