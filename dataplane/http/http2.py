@@ -33,6 +33,7 @@ from dataplane.http.request import ClientDisconnected, Request, Responder, dispa
 from dataplane.http.wire import TIMED_OUT, TOO_LARGE, Headers, body_allowed, h2_response_headers
 
 _NEW, _STREAMING, _DONE = 0, 1, 2
+_RESET_ALLOWANCE = 100  # client resets tolerated before the answered/reset ratio is enforced
 
 _CONFIG = H2Configuration(
     client_side=False,
@@ -64,6 +65,8 @@ class Http2Connection(asyncio.Protocol):
         self._last_stream_id = 0
         self._goaway_sent = False
         self._lost = False
+        self._answered = 0
+        self._client_resets = 0
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -114,7 +117,8 @@ class Http2Connection(asyncio.Protocol):
             elif isinstance(ev, WindowUpdated):
                 self._on_window(ev.stream_id)
             elif isinstance(ev, StreamReset):
-                self._on_reset(ev.stream_id)
+                if self._on_client_reset(ev.stream_id):
+                    return
             elif isinstance(ev, RemoteSettingsChanged):
                 if SettingCodes.INITIAL_WINDOW_SIZE in ev.changed_settings:
                     self._on_window(0)
@@ -203,6 +207,25 @@ class Http2Connection(asyncio.Protocol):
         body = b"" if not parts else parts[0] if len(parts) == 1 else b"".join(parts)
         request = Request(resp._method, resp._path, resp._headers, body, True)
         resp._task = dispatch(self._loop, self._ctx.handler, request, resp)
+
+    def _on_client_reset(self, sid: int) -> bool:
+        """A client RST_STREAM; True if the connection was closed for abusing them.
+
+        Rapid reset (CVE-2023-44487): every request costs handler work even when its client
+        resets it at once, so a connection that resets more requests than it lets finish (and
+        at least ``_RESET_ALLOWANCE`` of them) gets GOAWAY(ENHANCE_YOUR_CALM).
+        """
+        if sid in self._streams:
+            self._client_resets += 1
+            if self._client_resets >= _RESET_ALLOWANCE and self._client_resets > self._answered:
+                with contextlib.suppress(H2Error):
+                    self._h2.close_connection(
+                        ErrorCodes.ENHANCE_YOUR_CALM, last_stream_id=self._last_stream_id
+                    )
+                self._close_transport()
+                return True
+        self._on_reset(sid)
+        return False
 
     def _on_reset(self, sid: int) -> None:
         self._blocked.pop(sid, None)
@@ -300,6 +323,7 @@ class Http2Connection(asyncio.Protocol):
             with contextlib.suppress(H2Error):
                 self._h2.reset_stream(resp._sid, ErrorCodes.NO_ERROR)
         if self._streams.pop(resp._sid, None) is not None:
+            self._answered += 1
             self._maybe_idle()
 
     def _maybe_idle(self) -> None:

@@ -286,3 +286,26 @@ async def test_trailers_are_ignored_and_settings_advertised() -> None:
         st = await client.response(sid)
         assert bytes(st.body) == b"POST /t t body"
         await client.close()
+
+
+async def test_rapid_reset_flood_gets_enhance_your_calm() -> None:
+    """A client that resets its requests faster than they finish gets GOAWAY(ENHANCE_YOUR_CALM) (CVE-2023-44487)."""
+    started = 0
+
+    async def slow(req: Request, resp: Responder) -> None:
+        nonlocal started
+        started += 1
+        await asyncio.sleep(1)
+        resp.respond(200, TEXT, b"late")
+
+    async with serving(slow) as server:
+        client = await H2Client.open(server.port)
+        for _ in range(300):
+            sid = client.request(b"GET", b"/")
+            client.conn.reset_stream(sid, ErrorCodes.CANCEL)
+        client.flush()
+        await asyncio.wait_for(client.closed.wait(), 3)
+        assert client.terminated is not None
+        assert client.terminated.error_code == ErrorCodes.ENHANCE_YOUR_CALM
+        assert started < 300
+        await client.close()
