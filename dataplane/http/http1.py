@@ -16,25 +16,19 @@ from typing import cast
 import httptools
 
 from dataplane.http.context import ServerContext, close_idle, set_nodelay
+from dataplane.http.http1_responder import DONE, H1Responder
 from dataplane.http.http2 import Http2Connection
-from dataplane.http.request import ClientDisconnected, Request, Responder, dispatch
+from dataplane.http.request import ClientDisconnected, Request, dispatch
 from dataplane.http.wire import (
     CONTINUE_100,
     HEADERS_TOO_LARGE,
-    LAST_CHUNK,
     MALFORMED,
     TIMED_OUT,
     TOO_LARGE,
     ErrorAnswer,
     Headers,
-    body_allowed,
     classify_preface,
-    encode_chunk,
-    encode_h1_head,
 )
-
-_NEW, _STREAMING, _DONE = 0, 1, 2
-_JOIN_BODY_MAX = 64 * 1024  # below this a complete answer goes out in one write
 
 
 class _Stop(Exception):
@@ -291,7 +285,7 @@ class Http1Connection(asyncio.Protocol):
             if head._pending is not None:
                 transport.writelines(head._pending)
                 head._pending = None
-            if head._state != _DONE:
+            if head._state != DONE:
                 head._wake_head()
                 return
         # Nothing outstanding.
@@ -368,155 +362,3 @@ class Http1Connection(asyncio.Protocol):
     def kill(self) -> None:
         if self._transport is not None:
             self._transport.abort()
-
-
-class H1Responder(Responder):
-    """The answer to one HTTP/1.1 request (see ``Responder``)."""
-
-    __slots__ = (
-        "_chunked",
-        "_close",
-        "_conn",
-        "_head",
-        "_head_waiter",
-        "_http10",
-        "_keep_alive",
-        "_linger",
-        "_nobody",
-        "_pending",
-        "_state",
-        "_task",
-    )
-
-    def __init__(self, conn: Http1Connection, keep_alive: bool, head: bool, http10: bool) -> None:
-        # Base-class state, set inline (no super() call on the per-request path).
-        self._disc = False
-        self._disc_waiter = None
-        self._on_disc = None
-        self._conn = conn
-        self._keep_alive = keep_alive
-        self._head = head
-        self._http10 = http10
-        self._state = _NEW
-        self._close = False
-        self._chunked = False
-        self._nobody = False
-        self._linger = False
-        self._disc = False
-        self._pending: list[bytes] | None = None
-        self._disc_waiter: asyncio.Future[None] | None = None
-        self._head_waiter: asyncio.Future[None] | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    def _closes(self) -> bool:
-        conn = self._conn
-        return (
-            not self._keep_alive
-            or (conn._closing and conn._queue[-1] is self)
-            or (conn._ctx.draining and conn._queue[-1] is self and not conn._in_message)
-        )
-
-    def respond(self, status: int, headers: Headers, body: bytes) -> None:
-        if self._state:
-            raise RuntimeError("the answer has already started")
-        conn = self._conn
-        if conn._lost or self._disc:
-            self._state = _DONE
-            return
-        allowed = body_allowed(status)
-        # Encode before committing: a bad status or header raises with the answer still unsent,
-        # so the handler's error path can still answer 500.
-        close = not self._keep_alive or ((conn._closing or conn._ctx.draining) and self._closes())
-        head, close = encode_h1_head(status, headers, len(body) if allowed else None, False, close)
-        self._state = _DONE
-        self._close = close
-        if not allowed:
-            conn._emit(self, head)
-        else:
-            if self._head or not body:
-                conn._emit(self, head)
-            elif len(body) <= _JOIN_BODY_MAX:
-                conn._emit(self, head + body)
-            else:
-                conn._emit(self, head)
-                conn._emit(self, body)
-        conn._answer_done(self)
-
-    def start(self, status: int, headers: Headers) -> None:
-        if self._state:
-            raise RuntimeError("the answer has already started")
-        conn = self._conn
-        if conn._lost or self._disc:
-            self._state = _STREAMING
-            return
-        close = self._closes()
-        nobody = self._head or not body_allowed(status)
-        chunked = not nobody and not self._http10
-        if not nobody and self._http10:
-            close = True  # HTTP/1.0 has no chunking: closing the connection ends the body
-        head, self._close = encode_h1_head(status, headers, None, chunked, close)
-        self._state = _STREAMING
-        self._chunked = chunked
-        self._nobody = nobody
-        conn._emit(self, head)
-
-    async def write(self, chunk: bytes) -> None:
-        if self._state != _STREAMING:
-            raise RuntimeError("write() needs start() first and no end()")
-        if self._disc:
-            raise ClientDisconnected
-        if not chunk or self._nobody:
-            return
-        conn = self._conn
-        if conn._queue[0] is not self:
-            await self._wait_head()
-        transport = conn._transport
-        assert transport is not None
-        transport.write(encode_chunk(chunk) if self._chunked else chunk)
-        if conn._write_paused:
-            await conn._wait_writable()
-
-    def end(self) -> None:
-        if self._state == _DONE:
-            return
-        if self._state != _STREAMING:
-            raise RuntimeError("end() needs start() first")
-        self._state = _DONE
-        conn = self._conn
-        if conn._lost or self._disc:
-            return
-        if self._chunked:
-            conn._emit(self, LAST_CHUNK)
-        conn._answer_done(self)
-
-    def abort(self) -> None:
-        if self._state == _DONE:
-            return
-        self._state = _DONE
-        self._close = True
-        conn = self._conn
-        if not conn._lost and not self._disc:
-            conn._answer_done(self)
-
-    @property
-    def started(self) -> bool:
-        return self._state != _NEW
-
-    @property
-    def finished(self) -> bool:
-        return self._state == _DONE
-
-    async def _wait_head(self) -> None:
-        fut = self._head_waiter = self._conn._loop.create_future()
-        await fut
-        if self._disc:
-            raise ClientDisconnected
-
-    def _wake_head(self) -> None:
-        fut = self._head_waiter
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-
-    def _mark_disconnected(self) -> None:
-        self._notify_disconnect()
-        self._wake_head()

@@ -1,0 +1,183 @@
+"""One h2 stream: its request while it arrives, then its answer as HEADERS and DATA frames sent
+within the peer's flow-control windows by the connection (see ``http2``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING
+
+from h2.errors import ErrorCodes
+from h2.exceptions import H2Error
+
+from dataplane.http.request import ClientDisconnected, Responder
+from dataplane.http.wire import Headers, body_allowed, h2_response_headers
+
+if TYPE_CHECKING:
+    from dataplane.http.http2 import Http2Connection
+
+NEW, STREAMING, DONE = 0, 1, 2
+
+
+class H2Responder(Responder):
+    """One h2 stream: its request while it arrives, then its answer (see ``Responder``)."""
+
+    __slots__ = (
+        "_body",
+        "_body_bytes",
+        "_conn",
+        "_deadline",
+        "_end_pending",
+        "_flow_waiter",
+        "_head",
+        "_headers",
+        "_method",
+        "_path",
+        "_pending",
+        "_rst_after",
+        "_sid",
+        "_state",
+        "_task",
+    )
+
+    def __init__(self, conn: Http2Connection, sid: int, method: bytes, path: bytes, headers: Headers) -> None:
+        # Base-class state, set inline (no super() call on the per-request path).
+        self._disc = False
+        self._disc_waiter = None
+        self._on_disc = None
+        self._conn = conn
+        self._sid = sid
+        self._method = method
+        self._path = path
+        self._headers = headers
+        self._head = method == b"HEAD"
+        self._body: list[bytes] | None = []
+        self._body_bytes = 0
+        self._state = NEW
+        self._deadline = 0.0
+        self._pending: bytearray | None = None
+        self._end_pending = False
+        self._rst_after = False
+        self._flow_waiter: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def respond(self, status: int, headers: Headers, body: bytes) -> None:
+        if self._state:
+            raise RuntimeError("the answer has already started")
+        conn = self._conn
+        if self._disc or conn._lost:
+            self._state = DONE
+            return
+        allowed = body_allowed(status)
+        # Built before committing: a bad header raises with the answer still unsent.
+        fields = h2_response_headers(status, headers, len(body) if allowed else None)
+        self._state = DONE
+        h2 = conn._h2
+        try:
+            if not allowed or self._head or not body:
+                h2.send_headers(self._sid, fields, end_stream=True)
+                conn._stream_done(self)
+            else:
+                h2.send_headers(self._sid, fields)
+                conn._send_body(self, body, True)
+        except H2Error:
+            conn._on_reset(self._sid)
+        conn._schedule_flush()
+
+    def start(self, status: int, headers: Headers) -> None:
+        if self._state:
+            raise RuntimeError("the answer has already started")
+        conn = self._conn
+        if self._disc or conn._lost:
+            self._state = STREAMING
+            return
+        fields = h2_response_headers(status, headers, None)
+        self._state = STREAMING
+        if not body_allowed(status):
+            self._head = True  # nothing may follow the headers; end() closes the stream
+        try:
+            conn._h2.send_headers(self._sid, fields)
+        except H2Error:
+            conn._on_reset(self._sid)
+        conn._schedule_flush()
+
+    async def write(self, chunk: bytes) -> None:
+        if self._state != STREAMING:
+            raise RuntimeError("write() needs start() first and no end()")
+        if self._disc:
+            raise ClientDisconnected
+        if not chunk or self._head:
+            return
+        conn = self._conn
+        try:
+            conn._send_body(self, chunk, False)
+        except H2Error:
+            conn._on_reset(self._sid)
+            raise ClientDisconnected from None
+        conn._schedule_flush()
+        pending = self._pending
+        if pending is not None and len(pending) > conn._limits.h2_stream_buffer_bytes:
+            fut = self._flow_waiter = conn._loop.create_future()
+            try:
+                await asyncio.wait_for(fut, conn._limits.write_timeout_s)
+            except TimeoutError:
+                # The client gave this stream no credit for too long: reset it (RFC 9113 §5.2.2
+                # leaves it to the server to bound a stalled stream).
+                self.abort()
+                raise ClientDisconnected from None
+            finally:
+                self._flow_waiter = None
+            if self._disc:
+                raise ClientDisconnected
+        if conn._write_paused:
+            await conn._wait_writable()
+
+    def end(self) -> None:
+        if self._state == DONE:
+            return
+        if self._state != STREAMING:
+            raise RuntimeError("end() needs start() first")
+        self._state = DONE
+        conn = self._conn
+        if self._disc or conn._lost:
+            return
+        if self._pending is not None:
+            self._end_pending = True
+            return
+        try:
+            conn._h2.end_stream(self._sid)
+        except H2Error:
+            conn._on_reset(self._sid)
+            return
+        conn._stream_done(self)
+        conn._schedule_flush()
+
+    def abort(self) -> None:
+        if self._state == DONE and self._pending is None:
+            return
+        self._state = DONE
+        conn = self._conn
+        if self._disc or conn._lost:
+            return
+        with contextlib.suppress(H2Error):
+            conn._h2.reset_stream(self._sid, ErrorCodes.INTERNAL_ERROR)
+        conn._on_reset(self._sid)
+        conn._schedule_flush()
+
+    @property
+    def started(self) -> bool:
+        return self._state != NEW
+
+    @property
+    def finished(self) -> bool:
+        return self._state == DONE
+
+    def _wake_flow(self) -> None:
+        fut = self._flow_waiter
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def _mark_disconnected(self) -> None:
+        self._notify_disconnect()
+        self._wake_flow()
