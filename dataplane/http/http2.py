@@ -343,8 +343,10 @@ class Http2Connection(asyncio.Protocol):
     def _flush(self) -> None:
         self._flush_scheduled = False
         data = self._h2.data_to_send()
-        if data and not self._lost and self._transport is not None:
-            self._transport.write(data)
+        transport = self._transport
+        # Handlers may still answer after the connection started closing: drop their bytes.
+        if data and not self._lost and transport is not None and not transport.is_closing():
+            transport.write(data)
 
     def _close_transport(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
