@@ -371,7 +371,9 @@ class H2Pool:
             if remaining <= 0:
                 raise UpstreamTimeout()
             self._conns = [c for c in self._conns if not c.closed]
-            if self._connecting is None and len(self._conns) < self._max_connections:
+            # Draining connections (GOAWAY) finish their streams but do not count against the cap.
+            serving = sum(1 for c in self._conns if not c.draining)
+            if self._connecting is None and serving < self._max_connections:
                 return await self._open(min(remaining, self._connect_timeout_s))
             # Wait for a stream slot or for the connection being opened.
             waiter: asyncio.Future[None] = loop.create_future()
