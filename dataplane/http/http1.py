@@ -52,6 +52,9 @@ class Http1Connection(asyncio.Protocol):
         self._in_message = False
         self._headers_done = False
         self._partial_head = 0
+        self._raw_body = 0
+        # Chunk framing may double a body of small chunks; beyond that it is abuse (or trailers).
+        self._max_raw_body = 2 * self._max_body + self._max_header + 65536
         self._url = b""
         self._headers: Headers = []
         self._header_bytes = 0
@@ -97,10 +100,17 @@ class Http1Connection(asyncio.Protocol):
             error, self._error = self._error, None
             self._fail(error or MALFORMED)
             return
-        if self._in_message and not self._headers_done:
-            self._partial_head += len(data)
-            if self._partial_head > self._max_header:
-                self._fail(HEADERS_TOO_LARGE)
+        if self._in_message:
+            # httptools accumulates a header (or trailer) field before calling back: bound the
+            # raw bytes of an unfinished head, and of a body (whose trailers count too).
+            if not self._headers_done:
+                self._partial_head += len(data)
+                if self._partial_head > self._max_header:
+                    self._fail(HEADERS_TOO_LARGE)
+            else:
+                self._raw_body += len(data)
+                if self._raw_body > self._max_raw_body:
+                    self._fail(TOO_LARGE)
 
     def eof_received(self) -> bool | None:
         # A client that closes its side is treated as gone (as nginx and uvicorn do): the
@@ -132,6 +142,7 @@ class Http1Connection(asyncio.Protocol):
         self._header_bytes = 0
         self._body = None
         self._body_bytes = 0
+        self._raw_body = 0
         self._expect_continue = False
         self._connection_header = False
         self._deadline = self._loop.time() + self._limits.read_timeout_s
@@ -144,6 +155,8 @@ class Http1Connection(asyncio.Protocol):
             raise _Stop
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._headers_done:
+            return  # a chunked trailer: ignored, never merged into the headers (RFC 9110 §6.5.1)
         name = name.lower()
         self._header_bytes += len(name) + len(value)
         if name == b"content-length":

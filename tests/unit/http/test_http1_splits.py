@@ -138,3 +138,51 @@ def test_chunked_body_over_limit_is_refused_whatever_the_splits(cuts: list[int])
     assert transport.out.startswith(b"HTTP/1.1 413 Request Entity Too Large\r\n")
     assert transport.out.count(b"HTTP/1.1") == 1
     assert transport.closed
+
+
+def test_chunked_trailers_never_become_headers() -> None:
+    """Trailer fields of a chunked body are ignored, never merged into the request headers."""
+    seen: list[list[tuple[bytes, bytes]]] = []
+
+    async def record(req: Request, resp: Responder) -> None:
+        seen.append(req.headers)
+        resp.respond(200, [], req.body)
+
+    async def serve() -> RecordingTransport:
+        ctx = ServerContext(handler=record, limits=ServerLimits(), loop=asyncio.get_running_loop())
+        conn = Http1Connection(ctx)
+        transport = RecordingTransport()
+        conn.connection_made(transport)
+        conn.data_received(
+            b"POST / HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n"
+            b"2\r\nok\r\n0\r\nauthorization: forged\r\nhost: evil\r\n\r\n"
+        )
+        await asyncio.sleep(0.01)
+        return transport
+
+    transport = asyncio.run(serve())
+    assert transport.out.endswith(b"\r\n\r\nok")
+    assert seen == [[(b"host", b"t"), (b"transfer-encoding", b"chunked")]]
+
+
+def test_endless_trailer_is_refused() -> None:
+    """A trailer that never ends is refused with 413 once the raw body bound is passed."""
+
+    async def serve() -> RecordingTransport:
+        ctx = ServerContext(
+            handler=_echo, limits=ServerLimits(max_body_bytes=1000), loop=asyncio.get_running_loop()
+        )
+        conn = Http1Connection(ctx)
+        transport = RecordingTransport()
+        conn.connection_made(transport)
+        conn.data_received(b"POST / HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n0\r\nx-pad: ")
+        for _ in range(200):
+            conn.data_received(b"a" * 1024)
+            if transport.closed:
+                break
+        await asyncio.sleep(0)
+        return transport
+
+    transport = asyncio.run(serve())
+    assert transport.out.startswith(b"HTTP/1.1 413 ")
+    assert transport.closed
