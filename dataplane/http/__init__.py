@@ -19,7 +19,8 @@ API (stable)::
 ``Request`` (``__slots__``): ``method: bytes``, ``path: bytes`` (raw target with query),
 ``headers: list[tuple[bytes, bytes]]`` (names lower-case; on h2 ``:authority`` appears as
 ``host`` when no ``host`` was sent, other pseudo-headers are dropped), ``body: bytes`` (whole,
-at most ``max_body_bytes``), ``http2: bool``; ``header(name) -> bytes | None``.
+at most ``max_body_bytes``; chunked or h2 trailers are ignored), ``http2: bool``;
+``header(name) -> bytes | None``. A handler is called once the whole request has arrived.
 
 ``Responder`` (one per request):
 
