@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import time
 
 import pytest
 
@@ -143,3 +144,22 @@ def test_client_disconnect_cancels_the_upstream_request(http2: bool) -> None:
         conn.close()
         assert wait_for(lambda: _engine_reqs(sim, http2) == 0, timeout_s=5, interval_s=0.1)
         assert post_chat(router.port)[0] == 200  # the router and its pool are still fine
+
+
+def test_slow_reading_client_does_not_stall_the_shared_h2c_connection() -> None:
+    """A client that stops reading a multi-MB stream holds only its own stream; others stay fast."""
+    with EngineSim("--http2") as sim, RouterProcess("--worker", f"h2c://{sim.host}:{sim.port}") as router:
+        conn, resp = open_stream(router.port, max_tokens=20000, timeout_s=60)  # several MB of SSE
+        try:
+            assert resp.status == 200
+            assert resp.read1(1024).startswith(b"data: ")
+            time.sleep(0.5)  # buffers fill: client socket, router, the h2c stream window
+            started = time.monotonic()
+            statuses = [post_chat(router.port, 8)[0] for _ in range(10)]
+            assert statuses == [200] * 10
+            assert time.monotonic() - started < 5.0
+            events = read_events(resp)
+        finally:
+            conn.close()
+        assert events[-1] == b"data: [DONE]"
+        assert len(events) >= 19_990  # the rest after the first read: nothing lost
