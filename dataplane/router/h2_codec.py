@@ -104,6 +104,7 @@ def _str(value: bytes) -> bytes:
 
 
 _STATIC_NAMES.update({name: _int(index, 4, 0) for name, index in _STATIC_INDEX.items()})
+_CONTENT_LENGTH = _STATIC_NAMES[b"content-length"]
 
 
 def encode_field(name: bytes, value: bytes) -> bytes:
@@ -148,6 +149,7 @@ class ClientCodec:
         self._conn_recv_unacked = 0
         self._continuation: tuple[int, int, bytearray] | None = None  # (stream, flags, block)
         self._decoded: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        self._scheme_authority: dict[bytes, bytes] = {}
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -180,6 +182,7 @@ class ClientCodec:
         authority: bytes,
         headers: list[tuple[bytes, bytes]],
         end_stream: bool,
+        content_length: int | None = None,
     ) -> tuple[int, bytes]:
         """A new stream id and its HEADERS (+CONTINUATION) bytes."""
         sid = self.next_stream_id
@@ -187,16 +190,21 @@ class ClientCodec:
             raise H2ProtocolError("stream ids exhausted", NO_ERROR)
         self.next_stream_id = sid + 2
         method_field = _METHOD.get(method)
+        scheme_authority = self._scheme_authority.get(authority)
+        if scheme_authority is None:  # one per connection: built once
+            scheme_authority = _SCHEME_HTTP + b"\x01" + _str(authority)
+            self._scheme_authority[authority] = scheme_authority
         parts = [
             method_field if method_field is not None else b"\x02" + _str(method),
-            _SCHEME_HTTP,
-            b"\x01" + _str(authority),
+            scheme_authority,
             b"\x04" + _str(path),
         ]
         static = _STATIC_NAMES
         for name, value in headers:
             prefix = static.get(name)
             parts.append(prefix + _str(value) if prefix else b"\x00" + _str(name) + _str(value))
+        if content_length is not None:
+            parts.append(_CONTENT_LENGTH + _str(str(content_length).encode()))
         block = b"".join(parts)
         self._send_windows[sid] = _SendWindow(self.peer_initial_window)
         self._recv_windows[sid] = self.stream_window

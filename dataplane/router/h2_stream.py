@@ -17,6 +17,20 @@ from dataplane.router.errors import RouterError, UpstreamBodyIncomplete, Upstrea
 from dataplane.router.headers import DROPPED
 
 
+def parse_head(headers: list[tuple[bytes, bytes]]) -> tuple[int, list[tuple[bytes, bytes]]]:
+    """``:status`` and the headers to forward: no pseudo-headers, no hop-by-hop or framing ones."""
+    status = 0
+    out = []
+    dropped = DROPPED
+    for name, value in headers:
+        if name[:1] == b":":
+            if name == b":status":
+                status = int(value)
+        elif name not in dropped:
+            out.append((name, value))
+    return status, out
+
+
 class _Owner(Protocol):
     def consumed(self, stream_id: int, nbytes: int) -> None: ...
     def cancel(self, stream: H2Stream, code: int = ...) -> None: ...
@@ -41,7 +55,14 @@ class H2Stream:
         "stream_id",
     )
 
-    def __init__(self, conn: _Owner, stream_id: int, body: bytes, deadline: float) -> None:
+    def __init__(
+        self,
+        conn: _Owner,
+        stream_id: int,
+        body: bytes,
+        deadline: float,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         self._conn = conn
         self.stream_id = stream_id
         self.status = 0
@@ -54,7 +75,7 @@ class H2Stream:
         self._eof = False
         self._error: RouterError | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._timer = asyncio.get_running_loop().call_at(deadline, self._on_timeout)
+        self._timer = (loop or asyncio.get_running_loop()).call_at(deadline, self._on_timeout)
 
     # -- UpstreamResponse -----------------------------------------------------------------------
 
@@ -110,20 +131,12 @@ class H2Stream:
 
     # -- fed by the connection ------------------------------------------------------------------
 
-    def headers_received(self, headers: list[tuple[bytes, bytes]]) -> None:
-        status = 0
-        out = self.headers
-        dropped = DROPPED
-        for name, value in headers:
-            if name[:1] == b":":
-                if name == b":status":
-                    status = int(value)
-            elif name not in dropped:
-                out.append((name, value))
+    def head_received(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """The response head (from ``parse_head``); ``headers`` may be shared: never mutated."""
         if 100 <= status < 200:  # informational (RFC 9110 §15.2): the real answer follows
-            out.clear()
             return
         self.status = status
+        self.headers = headers
         self.started = True
         self._wake()
 

@@ -41,7 +41,7 @@ from dataplane.router.errors import (
     UpstreamUnreachable,
 )
 from dataplane.router.h2_codec import CANCEL, NO_ERROR, REFUSED_STREAM, ClientCodec, H2ProtocolError
-from dataplane.router.h2_stream import H2Stream
+from dataplane.router.h2_stream import H2Stream, parse_head
 
 __all__ = ["H2Connection", "H2Pool", "H2Stream"]
 
@@ -64,6 +64,9 @@ class H2Connection(asyncio.Protocol):
         self._max_streams = max_streams
         self._on_capacity = on_capacity
         self._codec = ClientCodec(self, stream_window=stream_window_bytes)
+        self._loop = asyncio.get_running_loop()
+        self._last_block: list[tuple[bytes, bytes]] | None = None
+        self._last_head: tuple[int, list[tuple[bytes, bytes]]] = (0, [])
         self._transport: asyncio.Transport | None = None
         self._streams: dict[int, H2Stream] = {}
         self._send_blocked: dict[int, H2Stream] = {}
@@ -132,14 +135,14 @@ class H2Connection(asyncio.Protocol):
         if self.closed or self.draining:
             raise UpstreamUnreachable()
         codec = self._codec
-        if body:
-            headers = [*headers, (b"content-length", str(len(body)).encode())]
         try:
-            sid, block = codec.open_stream(method, path, self.authority, headers, not body)
+            sid, block = codec.open_stream(
+                method, path, self.authority, headers, not body, len(body) if body else None
+            )
         except H2ProtocolError as exc:  # stream ids exhausted: this connection is done
             self.draining = True
             raise UpstreamUnreachable() from exc
-        stream = H2Stream(self, sid, body, deadline)
+        stream = H2Stream(self, sid, body, deadline, self._loop)
         self._streams[sid] = stream
         transport = self._transport
         assert transport is not None
@@ -214,7 +217,11 @@ class H2Connection(asyncio.Protocol):
         if stream is None:
             return
         if not stream.started:
-            stream.headers_received(headers)
+            # The codec hands back the same list for a repeated header block: parse it once.
+            if headers is not self._last_block:
+                self._last_block = headers
+                self._last_head = parse_head(headers)
+            stream.head_received(*self._last_head)
         if end_stream:  # a header-only answer, or trailers (ignored: nothing to forward them to)
             self._ended(stream)
 
