@@ -257,7 +257,7 @@ class SimApp:
             return None
         # Progress comes from later scheduler ticks only, so attaching the signal after submit
         # misses nothing (and the instant path above never allocates one).
-        sim.on_progress = progress = Progress()
+        sim.on_progress = progress = Progress(finish_only=not job.stream)
         if job.stream:
             return self._stream(job, sim, rank, progress, responder)
         return self._respond_when_finished(job, sim, rank, progress, responder)

@@ -24,12 +24,16 @@ log = structlog.get_logger(__name__)
 class Progress:
     """Wakes one waiting handler when its request generated tokens or finished."""
 
-    __slots__ = ("_future",)
+    __slots__ = ("_finish_only", "_future")
 
-    def __init__(self) -> None:
+    def __init__(self, *, finish_only: bool = False) -> None:
+        # A non-streamed answer only cares about the end: no wake-up per generated token.
+        self._finish_only = finish_only
         self._future: asyncio.Future[None] | None = None
 
-    def __call__(self, _request: SimRequest) -> None:
+    def __call__(self, request: SimRequest) -> None:
+        if self._finish_only and not request.finished:
+            return
         future = self._future
         if future is not None and not future.done():
             future.set_result(None)
