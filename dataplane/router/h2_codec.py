@@ -22,54 +22,41 @@ from typing import Protocol
 
 import hpack
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
-    range(10)
+from dataplane.router.h2_wire import (
+    ACK,
+    CONTENT_LENGTH_FIELD,
+    CONTINUATION,
+    DATA,
+    DEFAULT_WINDOW,
+    END_HEADERS,
+    END_STREAM,
+    FLOW_CONTROL_ERROR,
+    FRAME_SIZE_ERROR,
+    GOAWAY,
+    HEADERS,
+    MAX_STREAM_ID,
+    MAX_WINDOW,
+    METHOD_FIELDS,
+    NO_ERROR,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY_FLAG,
+    PUSH_PROMISE,
+    RECV_FRAME_SIZE,
+    RST_STREAM,
+    S_ENABLE_PUSH,
+    S_INITIAL_WINDOW_SIZE,
+    S_MAX_CONCURRENT_STREAMS,
+    S_MAX_FRAME_SIZE,
+    SCHEME_HTTP,
+    SETTINGS,
+    STATIC_NAMES,
+    WINDOW_UPDATE,
+    H2ProtocolError,
+    frame,
+    hpack_str,
 )
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
-# Error codes (RFC 9113 §7).
-NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL = 0, 1, 3, 6, 7, 8
-# SETTINGS identifiers (§6.5.2).
-S_HEADER_TABLE_SIZE, S_ENABLE_PUSH, S_MAX_CONCURRENT_STREAMS, S_INITIAL_WINDOW_SIZE, S_MAX_FRAME_SIZE = (
-    1,
-    2,
-    3,
-    4,
-    5,
-)
-MAX_WINDOW = 2**31 - 1
-DEFAULT_WINDOW = 65535
-MAX_STREAM_ID = 2**31 - 1
-_RECV_FRAME_SIZE = 1 << 16
-
-# RFC 7541 Appendix A: static-table indices of names we send often.
-_STATIC_INDEX = {
-    b":authority": 1,
-    b":path": 4,
-    b"accept-charset": 15,
-    b"accept-encoding": 16,
-    b"accept-language": 17,
-    b"accept": 19,
-    b"authorization": 23,
-    b"cache-control": 24,
-    b"content-encoding": 26,
-    b"content-length": 28,
-    b"content-type": 31,
-    b"cookie": 32,
-    b"user-agent": 58,
-}
-# Prefix of "literal without indexing, indexed name" (RFC 7541 §6.2.2: 4-bit index prefix).
-_STATIC_NAMES: dict[bytes, bytes] = {}
-_METHOD = {b"GET": b"\x82", b"POST": b"\x83"}  # fully indexed :method (static 2, 3)
-_SCHEME_HTTP = b"\x86"  # :scheme: http (static 6)
-
-
-class H2ProtocolError(Exception):
-    """The peer broke RFC 9113; ``code`` is the GOAWAY error code to report."""
-
-    def __init__(self, message: str, code: int = PROTOCOL_ERROR) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class CodecListener(Protocol):
@@ -81,44 +68,6 @@ class CodecListener(Protocol):
     def on_goaway(self, last_stream_id: int, code: int) -> None: ...
     def on_window(self) -> None: ...
     def on_settings(self) -> None: ...
-
-
-def _int(value: int, prefix_bits: int, first: int) -> bytes:
-    """HPACK integer (RFC 7541 §5.1) with ``first`` holding the representation's flag bits."""
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 128:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _str(value: bytes) -> bytes:
-    """HPACK string literal, not Huffman-coded (RFC 7541 §5.2)."""
-    n = len(value)
-    return (bytes((n,)) if n < 127 else _int(n, 7, 0)) + value
-
-
-_STATIC_NAMES.update({name: _int(index, 4, 0) for name, index in _STATIC_INDEX.items()})
-_CONTENT_LENGTH = _STATIC_NAMES[b"content-length"]
-
-
-def encode_field(name: bytes, value: bytes) -> bytes:
-    """One field as "literal without indexing" (RFC 7541 §6.2.2): leaves no decoder state."""
-    prefix = _STATIC_NAMES.get(name)
-    if prefix is not None:
-        return prefix + _str(value)
-    return b"\x00" + _str(name) + _str(value)
-
-
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    """One frame: 9-byte header (RFC 9113 §4.1) + payload."""
-    n = len(payload)
-    return bytes((n >> 16, (n >> 8) & 0xFF, n & 0xFF, kind, flags)) + stream_id.to_bytes(4, "big") + payload
 
 
 class _SendWindow:
@@ -160,7 +109,7 @@ class ClientCodec:
             for k, v in (
                 (S_ENABLE_PUSH, 0),
                 (S_INITIAL_WINDOW_SIZE, self.stream_window),
-                (S_MAX_FRAME_SIZE, _RECV_FRAME_SIZE),
+                (S_MAX_FRAME_SIZE, RECV_FRAME_SIZE),
             )
         )
         grow = (MAX_WINDOW - DEFAULT_WINDOW).to_bytes(4, "big")
@@ -189,22 +138,24 @@ class ClientCodec:
         if sid > MAX_STREAM_ID:
             raise H2ProtocolError("stream ids exhausted", NO_ERROR)
         self.next_stream_id = sid + 2
-        method_field = _METHOD.get(method)
+        method_field = METHOD_FIELDS.get(method)
         scheme_authority = self._scheme_authority.get(authority)
         if scheme_authority is None:  # one per connection: built once
-            scheme_authority = _SCHEME_HTTP + b"\x01" + _str(authority)
+            scheme_authority = SCHEME_HTTP + b"\x01" + hpack_str(authority)
             self._scheme_authority[authority] = scheme_authority
         parts = [
-            method_field if method_field is not None else b"\x02" + _str(method),
+            method_field if method_field is not None else b"\x02" + hpack_str(method),
             scheme_authority,
-            b"\x04" + _str(path),
+            b"\x04" + hpack_str(path),
         ]
-        static = _STATIC_NAMES
+        static = STATIC_NAMES
         for name, value in headers:
             prefix = static.get(name)
-            parts.append(prefix + _str(value) if prefix else b"\x00" + _str(name) + _str(value))
+            parts.append(
+                prefix + hpack_str(value) if prefix else b"\x00" + hpack_str(name) + hpack_str(value)
+            )
         if content_length is not None:
-            parts.append(_CONTENT_LENGTH + _str(str(content_length).encode()))
+            parts.append(CONTENT_LENGTH_FIELD + hpack_str(str(content_length).encode()))
         block = b"".join(parts)
         self._send_windows[sid] = _SendWindow(self.peer_initial_window)
         self._recv_windows[sid] = self.stream_window
@@ -276,7 +227,7 @@ class ClientCodec:
         while size - pos >= 9:
             length = (buf[pos] << 16) | (buf[pos + 1] << 8) | buf[pos + 2]
             end = pos + 9 + length
-            if length > _RECV_FRAME_SIZE:
+            if length > RECV_FRAME_SIZE:
                 raise H2ProtocolError("frame larger than SETTINGS_MAX_FRAME_SIZE", FRAME_SIZE_ERROR)
             if end > size:
                 break

@@ -1,0 +1,96 @@
+"""HTTP/2 wire constants and the stateless encoding pieces of the h2c client (RFC 9113, RFC 7541).
+
+Frame layout (RFC 9113 §4.1), frame types, flags, error codes and SETTINGS identifiers, plus the
+HPACK field encoding the client uses for requests: "literal without indexing" with static-table
+names (RFC 7541 §6.2.2) and plain (non-Huffman) string literals (§5.2). Encoding this way keeps no
+encoder state, so nothing has to stay in step with the peer's decoder.
+"""
+
+from __future__ import annotations
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
+    range(10)
+)
+END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
+# Error codes (RFC 9113 §7).
+NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL = 0, 1, 3, 6, 7, 8
+# SETTINGS identifiers (§6.5.2).
+S_HEADER_TABLE_SIZE, S_ENABLE_PUSH, S_MAX_CONCURRENT_STREAMS, S_INITIAL_WINDOW_SIZE, S_MAX_FRAME_SIZE = (
+    1,
+    2,
+    3,
+    4,
+    5,
+)
+MAX_WINDOW = 2**31 - 1
+DEFAULT_WINDOW = 65535
+MAX_STREAM_ID = 2**31 - 1
+RECV_FRAME_SIZE = 1 << 16
+
+# RFC 7541 Appendix A: static-table indices of names we send often.
+STATIC_INDEX = {
+    b":authority": 1,
+    b":path": 4,
+    b"accept-charset": 15,
+    b"accept-encoding": 16,
+    b"accept-language": 17,
+    b"accept": 19,
+    b"authorization": 23,
+    b"cache-control": 24,
+    b"content-encoding": 26,
+    b"content-length": 28,
+    b"content-type": 31,
+    b"cookie": 32,
+    b"user-agent": 58,
+}
+# Prefix of "literal without indexing, indexed name" (RFC 7541 §6.2.2: 4-bit index prefix).
+STATIC_NAMES: dict[bytes, bytes] = {}
+METHOD_FIELDS = {b"GET": b"\x82", b"POST": b"\x83"}  # fully indexed :method (static 2, 3)
+SCHEME_HTTP = b"\x86"  # :scheme: http (static 6)
+
+
+class H2ProtocolError(Exception):
+    """The peer broke RFC 9113; ``code`` is the GOAWAY error code to report."""
+
+    def __init__(self, message: str, code: int = PROTOCOL_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
+    """HPACK integer (RFC 7541 §5.1) with ``first`` holding the representation's flag bits."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes((first | value,))
+    out = bytearray((first | limit,))
+    value -= limit
+    while value >= 128:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def hpack_str(value: bytes) -> bytes:
+    """HPACK string literal, not Huffman-coded (RFC 7541 §5.2)."""
+    n = len(value)
+    return (bytes((n,)) if n < 127 else hpack_int(n, 7, 0)) + value
+
+
+STATIC_NAMES.update({name: hpack_int(index, 4, 0) for name, index in STATIC_INDEX.items()})
+CONTENT_LENGTH_FIELD = STATIC_NAMES[b"content-length"]
+
+
+def encode_field(name: bytes, value: bytes) -> bytes:
+    """One field as "literal without indexing" (RFC 7541 §6.2.2): leaves no decoder state."""
+    prefix = STATIC_NAMES.get(name)
+    if prefix is not None:
+        return prefix + hpack_str(value)
+    return b"\x00" + hpack_str(name) + hpack_str(value)
+
+
+def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+    """One frame: 9-byte header (RFC 9113 §4.1) + payload."""
+    n = len(payload)
+    return bytes((n >> 16, (n >> 8) & 0xFF, n & 0xFF, kind, flags)) + stream_id.to_bytes(4, "big") + payload
