@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dataplane.engine.endpoints import (
     LoadPubRange,
@@ -185,3 +187,29 @@ def test_server_info_block_without_load_range() -> None:
 def test_server_info_block_absent_when_not_advertisable(kv: str | None, block_size: int) -> None:
     """No tcp KV endpoint or no page size: no kv_events block at all."""
     assert describe_kv_events(kv_endpoint=kv, dp_size=1, block_size=block_size, load_range=None) is None
+
+
+@given(
+    kv=st.integers(1, 65535),
+    replay=st.none() | st.integers(1, 65535),
+    dp=st.integers(1, 64),
+    explicit=st.none() | st.integers(1, 65535),
+)
+def test_any_resolved_range_is_disjoint_and_in_bounds(
+    kv: int, replay: int | None, dp: int, explicit: int | None
+) -> None:
+    """Whatever the settings, a resolved range fits under 65536 and overlaps neither the KV nor the replay range."""
+    load_range, reason = resolve_load_pub_range(
+        kv_endpoint=f"tcp://*:{kv}",
+        replay_endpoint=None if replay is None else f"tcp://*:{replay}",
+        dp_size=dp,
+        load_publish_endpoint="auto" if explicit is None else f"tcp://*:{explicit}",
+    )
+    assert (load_range is None) != (reason is None)
+    if load_range is None:
+        return
+    ports = set(range(load_range.base, load_range.base + dp))
+    assert max(ports) <= 65535
+    assert not ports & set(range(kv, kv + dp))
+    if replay is not None:
+        assert not ports & set(range(replay, replay + dp))
