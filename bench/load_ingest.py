@@ -140,7 +140,7 @@ def spawn(*args: str) -> subprocess.Popen[str]:
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=None if os.environ.get("BENCH_DEBUG") else subprocess.DEVNULL,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
@@ -278,7 +278,7 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] * 1000
 
 
-def run_size(n: int, procs: int, rate: float, seconds: float) -> list[Row]:
+def run_size(n: int, procs: int, rate: float, seconds: float, baseline: bool) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp_dir:
         tmp = Path(tmp_dir)
         per = [n // procs + (1 if i < n % procs else 0) for i in range(procs)]
@@ -288,7 +288,7 @@ def run_size(n: int, procs: int, rate: float, seconds: float) -> list[Row]:
             for p in pubs:
                 assert p.stdout is not None
                 endpoints += json.loads(p.stdout.readline())
-            base = measure_baseline(endpoints, seconds, tmp)
+            base = measure_baseline(endpoints, seconds, tmp) if baseline else None
             fp, seen = asyncio.run(measure_control_plane(endpoints, seconds, tmp))
             t0 = min((t for _, _, t in seen), default=0.0)
             t1 = max((t for _, _, t in seen), default=0.0)
@@ -308,7 +308,7 @@ def run_size(n: int, procs: int, rate: float, seconds: float) -> list[Row]:
     lat = latencies(sends, url_of, seen, t0, t1)
     if lat:
         fp.p50_ms, fp.p99_ms = pct(lat, 0.50), pct(lat, 0.99)
-    return [base, fp]
+    return [fp] if base is None else [base, fp]
 
 
 def main() -> None:
@@ -318,6 +318,7 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=4, help="publisher processes")
     parser.add_argument("--rate", type=float, default=20.0, help="frames/s per publisher socket")
     parser.add_argument("--seconds", type=float, default=8.0, help="measurement window per consumer")
+    parser.add_argument("--no-baseline", action="store_true", help="measure the control plane only")
     parser.add_argument("--count", type=int, default=0)
     parser.add_argument("--log", default="")
     parser.add_argument("--endpoints", default="")
@@ -331,11 +332,13 @@ def main() -> None:
     rows: list[Row] = []
     for n in args.workers:
         print(f"N = {n}: {args.procs} publisher processes, {args.rate:g} frames/s each socket", file=sys.stderr)
-        rows += run_size(n, args.procs, args.rate, args.seconds)
+        rows += run_size(n, args.procs, args.rate, args.seconds, not args.no_baseline)
     print(f"{'consumer':<28} {'N':>5} {'frames/s':>9} {'cores':>6} {'CPU ms/1000 fr':>15} {'vs base':>8} {'p50 ms':>7} {'p99 ms':>7} {'dropped':>8}")
-    for i, r in enumerate(rows):
-        base = rows[i - i % 2]
-        ratio = r.cpu_ms_per_1000 / base.cpu_ms_per_1000
+    base = rows[0]
+    for r in rows:
+        if r.consumer.startswith("baseline"):
+            base = r
+        ratio = r.cpu_ms_per_1000 / base.cpu_ms_per_1000 if base.workers == r.workers else float("nan")
         p50 = "-" if r.p50_ms is None else f"{r.p50_ms:.1f}"
         p99 = "-" if r.p99_ms is None else f"{r.p99_ms:.1f}"
         print(

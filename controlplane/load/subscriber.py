@@ -42,9 +42,13 @@ MAX_SOCKETS = 65536
 # Reconnect backoff as in sgl-router's subscriber: 100 ms doubling to a 2 s cap.
 RECONNECT_IVL_MS = 100
 RECONNECT_IVL_MAX_MS = 2000
-# ZMTP heartbeats detect a silently dead engine host and trigger the reconnect.
-HEARTBEAT_IVL_MS = 1000
-HEARTBEAT_TIMEOUT_MS = 3000
+# A silently dead engine host is detected by TCP keepalive (then libzmq reconnects), NOT by
+# ZMTP heartbeats: with a receive HWM, a SUB whose queue is full stops reading, misses the
+# PINGs, reconnects, and libzmq <= 4.3.5 then aborts the whole process on
+# "Assertion failed: _input_stopped" (zeromq/libzmq#3937, #4767). Seen here under load.
+TCP_KEEPALIVE_IDLE_S = 10
+TCP_KEEPALIVE_INTVL_S = 5
+TCP_KEEPALIVE_CNT = 3
 
 
 class SubscribeError(ValueError):
@@ -130,8 +134,10 @@ class LoadSubscriber:
             sock.setsockopt(zmq.IPV6, 1)
             sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
-            sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
-            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+            sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+            sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, TCP_KEEPALIVE_IDLE_S)
+            sock.setsockopt(zmq.TCP_KEEPALIVE_INTVL, TCP_KEEPALIVE_INTVL_S)
+            sock.setsockopt(zmq.TCP_KEEPALIVE_CNT, TCP_KEEPALIVE_CNT)
             sock.setsockopt(zmq.SUBSCRIBE, topic)
             sock.connect(rank.endpoint)
         except zmq.ZMQError:
@@ -156,10 +162,9 @@ class LoadSubscriber:
         if sub.closed:
             return
         sock = sub.sock
-        recv = sock.recv_multipart
+        recv = sock.recv
         events: Callable[[int], int] = sock.getsockopt  # type: ignore[assignment]
         rank = sub.rank
-        table = self._table
         handled = 0
         try:
             while handled < DRAIN_BUDGET:
@@ -167,11 +172,17 @@ class LoadSubscriber:
                 # ZMQ_EVENTS (cheaper than a failing recv and its exception), which also
                 # re-arms the edge-triggered FD when nothing is left.
                 try:
-                    frames = recv(_NOBLOCK)
+                    part = recv(_NOBLOCK, copy=False)
                 except zmq.Again:
                     return
+                # Frame.more instead of recv_multipart's getsockopt(RCVMORE) per part: half
+                # the cost. The parts of one message arrive together, so these never block.
+                frames = [part.bytes]
+                while part.more:
+                    part = recv(_NOBLOCK, copy=False)
+                    frames.append(part.bytes)
                 handled += 1
-                self._account(rank, table, frames)
+                self._account(rank, frames)
                 if not events(_EVENTS) & _POLLIN:
                     return
             # Budget spent with frames left: the FD will not signal again for them.
@@ -187,12 +198,13 @@ class LoadSubscriber:
             if handled:
                 self._on_change()
 
-    def _account(self, rank: RankState, table: LoadTable, frames: list[bytes]) -> None:
+    def _account(self, rank: RankState, frames: list[bytes]) -> None:
+        totals = metrics.FRAMES
         try:
             seq, stat = decode_frame(frames)
         except WireError as exc:
-            metrics.FRAMES_BY_OUTCOME[FrameOutcome.MALFORMED].inc()
-            if table.record_malformed(rank):
+            totals.malformed += 1
+            if self._table.record_malformed(rank):
                 log.warning(
                     "malformed load frame (dropping; logged once until a good frame)",
                     worker=rank.worker_url,
@@ -202,10 +214,14 @@ class LoadSubscriber:
                 )
             return
         before = rank.dropped_frames
-        outcome = table.record_frame(rank, seq, stat, self._clock())
-        metrics.FRAMES_BY_OUTCOME[outcome].inc()
-        if outcome is FrameOutcome.GAP:
-            metrics.LOAD_DROPPED_FRAMES.inc(rank.dropped_frames - before)
+        outcome = self._table.record_frame(rank, seq, stat, self._clock())
+        if outcome is FrameOutcome.OK:
+            totals.ok += 1
+        elif outcome is FrameOutcome.GAP:
+            totals.gap += 1
+            totals.dropped += rank.dropped_frames - before
+        else:
+            totals.restart += 1
 
 
 # Plain ints: the enum members cost a conversion on every call in the hot path.

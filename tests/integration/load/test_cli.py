@@ -87,7 +87,7 @@ async def test_loads_table_shows_freshness_and_kv_bar(tmp_path: Path) -> None:
             while True:
                 pub.send(LoadStat(3, 2, 300, 1000, 0))
                 _, out, _ = await fleetplane("loads", *cp)
-                if "FRESH" in out:
+                if out.splitlines()[1].split()[1] == "FRESH":
                     break
                 assert time.monotonic() < deadline, out
                 await asyncio.sleep(0.05)

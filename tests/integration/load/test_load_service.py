@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -216,6 +218,14 @@ async def test_garbage_frames_are_counted_and_valid_frames_still_flow(fleet: Fle
     rank = (await fleet.load()).ranks[0]
     assert rank.malformed_frames == len(garbage)
     assert rank.freshness == FRESH
+    metrics = await asyncio.to_thread(_get, f"http://{fleet.plane.http_address}/metrics")
+    assert re.search(r'^fleetplane_load_frames_total\{outcome="malformed"\} [1-9]', metrics, re.M)
+    assert re.search(r'^fleetplane_control_watchers\{stream="loads"\} ', metrics, re.M)
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return resp.read().decode()  # type: ignore[no-any-return]
 
 
 async def test_deregister_closes_sockets_and_is_pushed_as_removed(fleet: Fleet) -> None:
