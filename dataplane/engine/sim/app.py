@@ -291,6 +291,7 @@ class SimApp:
             await responder.write(stream.closing(sim.generated))
         except ClientDisconnected:
             rank.abort(sim)
+            responder.abort()  # marks the answer finished; nothing reaches a client that left
             return
         responder.end()
 
@@ -358,6 +359,7 @@ async def _wait_finished(sim: SimRequest, rank: SimRank, progress: Progress, res
             if gone.done():
                 woken.cancel()
                 rank.abort(sim)
+                responder.abort()  # marks the answer finished; nothing reaches a client that left
                 return False
         return True
     finally:

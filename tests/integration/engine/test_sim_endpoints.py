@@ -6,6 +6,8 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
+
 from tests.integration.engine.conftest import Http
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello world, how are you"}]}
@@ -211,7 +213,7 @@ async def test_n_choices(make_sim: Any, protocol: str) -> None:
     assert body["usage"]["completion_tokens"] == 6
 
 
-async def test_disconnected_stream_frees_its_slot(make_sim: Any) -> None:
+async def test_disconnected_stream_frees_its_slot(make_sim: Any, caplog: pytest.LogCaptureFixture) -> None:
     """A client that drops a slow stream is aborted: its rank shows no running request after."""
     sim = await make_sim("--decode-tokens-per-s", "10")
     host, port = sim.url.removeprefix("http://").rsplit(":", 1)
@@ -229,9 +231,13 @@ async def test_disconnected_stream_frees_its_slot(make_sim: Any) -> None:
         if sim.ranks[0].scheduler.counts()[0] == 0:
             break
     assert sim.ranks[0].scheduler.counts()[:3] == (0, 0, 0)
+    # The handler ends its answer (aborted) rather than leaving the server to report a bug.
+    assert not [rec for rec in caplog.records if rec.name.startswith("dataplane.http")]
 
 
-async def test_disconnected_non_streaming_request_is_aborted(make_sim: Any) -> None:
+async def test_disconnected_non_streaming_request_is_aborted(
+    make_sim: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     """A client that gives up on a slow non-streaming answer frees its slot and KV tokens."""
     sim = await make_sim("--decode-tokens-per-s", "10")
     host, port = sim.url.removeprefix("http://").rsplit(":", 1)
@@ -253,6 +259,8 @@ async def test_disconnected_non_streaming_request_is_aborted(make_sim: Any) -> N
         if sim.ranks[0].scheduler.counts()[0] == 0:
             break
     assert sim.ranks[0].scheduler.counts()[:3] == (0, 0, 0)
+    # The handler ends its answer (aborted) rather than leaving the server to report a bug.
+    assert not [rec for rec in caplog.records if rec.name.startswith("dataplane.http")]
 
 
 async def test_long_instant_stream_arrives_whole(make_sim: Any, protocol: str) -> None:
