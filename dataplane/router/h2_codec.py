@@ -70,11 +70,15 @@ class CodecListener(Protocol):
     def on_settings(self) -> None: ...
 
 
-class _SendWindow:
-    __slots__ = ("window",)
+class _Windows:
+    """One open stream's flow-control state (one dict entry per stream: one lookup, one pop)."""
 
-    def __init__(self, window: int) -> None:
-        self.window = window
+    __slots__ = ("recv", "send", "unacked")
+
+    def __init__(self, send: int, recv: int) -> None:
+        self.send = send  # what we may still send
+        self.recv = recv  # what the peer may still send us
+        self.unacked = 0  # consumed by the reader, credit not yet returned
 
 
 class ClientCodec:
@@ -92,9 +96,7 @@ class ClientCodec:
         self.peer_initial_window = DEFAULT_WINDOW
         self.peer_max_frame = 16384
         self.conn_send_window = DEFAULT_WINDOW
-        self._send_windows: dict[int, _SendWindow] = {}
-        self._recv_unacked: dict[int, int] = {}  # per stream: bytes consumed, credit not yet returned
-        self._recv_windows: dict[int, int] = {}
+        self._windows: dict[int, _Windows] = {}
         self._conn_recv_unacked = 0
         self._continuation: tuple[int, int, bytearray] | None = None  # (stream, flags, block)
         self._decoded: dict[bytes, list[tuple[bytes, bytes]]] = {}
@@ -157,8 +159,7 @@ class ClientCodec:
         if content_length is not None:
             parts.append(CONTENT_LENGTH_FIELD + hpack_str(str(content_length).encode()))
         block = b"".join(parts)
-        self._send_windows[sid] = _SendWindow(self.peer_initial_window)
-        self._recv_windows[sid] = self.stream_window
+        self._windows[sid] = _Windows(self.peer_initial_window, self.stream_window)
         flags = END_STREAM if end_stream else 0
         limit = self.peer_max_frame
         if len(block) <= limit:
@@ -171,14 +172,13 @@ class ClientCodec:
 
     def sendable(self, stream_id: int) -> int:
         """Body bytes this stream may send now (min of its window and the connection's)."""
-        window = self._send_windows.get(stream_id)
-        return 0 if window is None else min(window.window, self.conn_send_window)
+        windows = self._windows.get(stream_id)
+        return 0 if windows is None else min(windows.send, self.conn_send_window)
 
     def data(self, stream_id: int, payload: bytes | memoryview, end_stream: bool) -> bytes:
         """DATA frames for ``payload`` (which must fit ``sendable``), split at the peer's frame size."""
         n = len(payload)
-        window = self._send_windows[stream_id]
-        window.window -= n
+        self._windows[stream_id].send -= n
         self.conn_send_window -= n
         flags = END_STREAM if end_stream else 0
         limit = self.peer_max_frame
@@ -200,22 +200,20 @@ class ClientCodec:
 
     def forget(self, stream_id: int) -> None:
         """The stream is closed: drop its windows (later frames for it are only counted)."""
-        self._send_windows.pop(stream_id, None)
-        self._recv_windows.pop(stream_id, None)
-        self._recv_unacked.pop(stream_id, None)
+        self._windows.pop(stream_id, None)
 
     def consumed(self, stream_id: int, nbytes: int) -> None:
         """The reader took ``nbytes`` of this stream: return the credit in batches (§6.9)."""
-        window = self._recv_windows.get(stream_id)
-        if window is None:
+        windows = self._windows.get(stream_id)
+        if windows is None:
             return
-        pending = self._recv_unacked.get(stream_id, 0) + nbytes
+        pending = windows.unacked + nbytes
         if pending >= self.stream_window >> 2:
-            self._recv_windows[stream_id] = window + pending
-            self._recv_unacked[stream_id] = 0
+            windows.recv += pending
+            windows.unacked = 0
             self._out.append(frame(WINDOW_UPDATE, 0, stream_id, pending.to_bytes(4, "big")))
         else:
-            self._recv_unacked[stream_id] = pending
+            windows.unacked = pending
 
     # -- input ----------------------------------------------------------------------------------
 
@@ -281,16 +279,15 @@ class ClientCodec:
             if pad >= len(payload):
                 raise H2ProtocolError("padding exceeds DATA payload")
             payload = payload[1 : len(payload) - pad]
-        window = self._recv_windows.get(sid)
-        if window is None:
+        windows = self._windows.get(sid)
+        if windows is None:
             return  # a stream we reset or finished: only the connection window counted it
-        window -= length
-        if window < 0:
+        windows.recv -= length
+        if windows.recv < 0:
             raise H2ProtocolError("peer overran a stream window", FLOW_CONTROL_ERROR)
-        self._recv_windows[sid] = window
         end = bool(flags & END_STREAM)
         if end:
-            self.forget(sid)
+            del self._windows[sid]
         self._listener.on_data(sid, payload, length, end)
 
     def _on_headers(self, sid: int, flags: int, payload: bytes) -> None:
@@ -350,7 +347,7 @@ class ClientCodec:
     def _headers_done(self, sid: int, flags: int, block: bytes) -> None:
         headers = self._decode(block)
         end = bool(flags & END_STREAM)
-        if sid not in self._recv_windows:
+        if sid not in self._windows:
             return  # decoded anyway: the HPACK table must stay in step with the peer's
         if end:
             self.forget(sid)
@@ -373,8 +370,8 @@ class ClientCodec:
                     raise H2ProtocolError("INITIAL_WINDOW_SIZE too large", FLOW_CONTROL_ERROR)
                 delta = value - self.peer_initial_window  # applies to open streams (§6.9.2)
                 self.peer_initial_window = value
-                for window in self._send_windows.values():
-                    window.window += delta
+                for windows in self._windows.values():
+                    windows.send += delta
             elif key == S_MAX_FRAME_SIZE:
                 if not 16384 <= value <= 2**24 - 1:
                     raise H2ProtocolError("MAX_FRAME_SIZE out of range")
@@ -391,8 +388,8 @@ class ClientCodec:
             if self.conn_send_window > MAX_WINDOW:
                 raise H2ProtocolError("connection window overflow", FLOW_CONTROL_ERROR)
         else:
-            window = self._send_windows.get(sid)
-            if window is None:
+            windows = self._windows.get(sid)
+            if windows is None:
                 return
-            window.window += increment
+            windows.send += increment
         self._listener.on_window()
