@@ -41,6 +41,17 @@ class ServerContext:
             self.drained.set()
 
 
+def still_draining(transport: asyncio.Transport, last_size: int) -> int:
+    """At an idle deadline: the output buffer size if the client is still reading an earlier
+    answer (the buffer changed since ``last_size``), else 0 (the connection should close).
+
+    An answer handed to the transport is not yet delivered: a slow reader of a large answer
+    is not idle, but one that makes no progress for a whole period is.
+    """
+    size = transport.get_write_buffer_size()
+    return size if size and size != last_size else 0
+
+
 def close_idle(transport: asyncio.Transport) -> None:
     """Close a timed-out connection; abort it when output is still stuck in its buffer (a client
     that stopped reading would otherwise keep it open as long as it likes)."""

@@ -15,7 +15,7 @@ from typing import cast
 
 import httptools
 
-from dataplane.http.context import ServerContext, close_idle, set_nodelay
+from dataplane.http.context import ServerContext, close_idle, set_nodelay, still_draining
 from dataplane.http.http1_responder import DONE, H1Responder
 from dataplane.http.http2 import Http2Connection
 from dataplane.http.request import ClientDisconnected, Request, dispatch
@@ -72,6 +72,7 @@ class Http1Connection(asyncio.Protocol):
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._deadline = 0.0
+        self._stuck_size = 0
         self._lost = False
 
     # -- asyncio.Protocol ------------------------------------------------------------------
@@ -366,7 +367,11 @@ class Http1Connection(asyncio.Protocol):
         elif self._in_message:
             self._fail(TIMED_OUT)
         elif not self._queue:
-            close_idle(self._transport)
+            self._stuck_size = still_draining(self._transport, self._stuck_size)
+            if self._stuck_size:
+                self._deadline = now + self._limits.write_timeout_s
+            else:
+                close_idle(self._transport)
 
     def shutdown(self) -> None:
         if not self._queue and not self._in_message and self._transport is not None:

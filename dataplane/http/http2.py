@@ -28,7 +28,7 @@ from h2.exceptions import H2Error, ProtocolError
 from h2.settings import SettingCodes, Settings
 from hyperframe.frame import GoAwayFrame
 
-from dataplane.http.context import ServerContext, close_idle, set_nodelay
+from dataplane.http.context import ServerContext, close_idle, set_nodelay, still_draining
 from dataplane.http.http2_responder import H2Responder
 from dataplane.http.request import ClientDisconnected, Request, dispatch
 from dataplane.http.wire import TIMED_OUT, TOO_LARGE, Headers
@@ -66,6 +66,7 @@ class Http2Connection(asyncio.Protocol):
         self._goaway_sent = False
         self._lost = False
         self._answered = 0
+        self._stuck_size = 0
         self._client_resets = 0
 
     # -- asyncio.Protocol ------------------------------------------------------------------
@@ -378,7 +379,11 @@ class Http2Connection(asyncio.Protocol):
         if self._transport is None or self._lost:
             return
         if self._deadline and now >= self._deadline and not self._streams:
-            self._goaway_and_close()
+            self._stuck_size = still_draining(self._transport, self._stuck_size)
+            if self._stuck_size:
+                self._deadline = now + self._limits.write_timeout_s
+            else:
+                self._goaway_and_close()
             return
         for resp in list(self._streams.values()):
             if resp._deadline and now >= resp._deadline and resp._body is not None:

@@ -453,3 +453,50 @@ async def test_accepted_sockets_have_tcp_nodelay() -> None:
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
         await client.close()
         wr.close()
+
+
+async def _small_window_client(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    import socket
+
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)  # keep the answer in the server's buffer
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    return await asyncio.open_connection(sock=sock, limit=1 << 20)
+
+
+async def test_slow_reader_of_a_large_answer_is_not_idle() -> None:
+    """A client slowly reading a large answer gets all of it even past idle_timeout_s."""
+    big = b"b" * (8 * 1024 * 1024)
+
+    def large(req: Request, resp: Responder) -> None:
+        resp.respond(200, TEXT, big)
+
+    async with serving(large, idle_timeout_s=0.2, write_timeout_s=1.0) as server:
+        reader, wr = await _small_window_client(server.port)
+        wr.write(get())
+        await reader.readuntil(b"\r\n\r\n")
+        received = 0
+        while received < len(big):
+            chunk = await asyncio.wait_for(reader.read(256 * 1024), 3)
+            assert chunk, f"connection closed after {received} of {len(big)} bytes"
+            received += len(chunk)
+            await asyncio.sleep(0.03)
+        wr.close()
+
+
+async def test_stalled_reader_of_a_large_answer_is_dropped() -> None:
+    """A client that stops reading a large answer is dropped after idle_timeout_s + write_timeout_s."""
+
+    def large(req: Request, resp: Responder) -> None:
+        resp.respond(200, TEXT, b"s" * (8 * 1024 * 1024))
+
+    async with serving(large, idle_timeout_s=0.2, write_timeout_s=0.5) as server:
+        _reader, wr = await _small_window_client(server.port)
+        wr.write(get())
+        for _ in range(60):
+            await asyncio.sleep(0.05)
+            if server.connection_count == 0:
+                break
+        assert server.connection_count == 0
+        wr.close()
