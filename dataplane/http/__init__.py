@@ -46,8 +46,9 @@ refused at once, chunked/h2 data as soon as it passes the limit), ``max_header_b
 connection aborted, h2 stream reset, ``ClientDisconnected``), pipelining depth, h2 windows
 (16 MiB stream and connection windows by default), h2 max concurrent streams.
 
-A client that closes its side of the connection (EOF) counts as gone. A peer GOAWAY ends an
-h2 connection at once (python-h2 cannot send after receiving one).
+A client that closes its side of the connection (EOF) counts as gone. After a client's
+graceful GOAWAY its open h2 streams are still answered, then the connection closes; any other
+GOAWAY ends the connection at once.
 
 A handler that raises gets a 500 with the SPEC §5 envelope (``internal_error``) if nothing was
 sent yet, else its answer is aborted; the connection keeps serving. The server's own refusals

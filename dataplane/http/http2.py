@@ -13,7 +13,7 @@ import contextlib
 from typing import cast
 
 from h2.config import H2Configuration
-from h2.connection import H2Connection
+from h2.connection import ConnectionState, H2Connection
 from h2.errors import ErrorCodes
 from h2.events import (
     ConnectionTerminated,
@@ -66,6 +66,7 @@ class Http2Connection(asyncio.Protocol):
         self._goaway_sent = False
         self._lost = False
         self._answered = 0
+        self._peer_goaway = False
         self._stuck_size = 0
         self._client_resets = 0
 
@@ -123,10 +124,7 @@ class Http2Connection(asyncio.Protocol):
             elif isinstance(ev, RemoteSettingsChanged):
                 if SettingCodes.INITIAL_WINDOW_SIZE in ev.changed_settings:
                     self._on_window(0)
-            elif isinstance(ev, ConnectionTerminated):
-                # h2 cannot send anything after a peer GOAWAY: everything in flight is lost.
-                self._flush()
-                self._close_transport()
+            elif isinstance(ev, ConnectionTerminated) and self._on_peer_goaway(ev.error_code):
                 return
             # Trailers, pings, priority and settings acks need nothing from us.
         self._flush()
@@ -149,9 +147,25 @@ class Http2Connection(asyncio.Protocol):
 
     # -- events ---------------------------------------------------------------------------------
 
+    def _on_peer_goaway(self, error_code: int | None) -> bool:
+        """A client GOAWAY; True if the connection was closed at once.
+
+        RFC 9113 §6.8: after a graceful GOAWAY from the client its open streams still complete.
+        python-h2 refuses to send anything after any GOAWAY, so for NO_ERROR with answers still
+        owed its state machine is put back to open (a server opens no streams, so nothing else
+        depends on it); the connection closes when the last stream ends.
+        """
+        if error_code == ErrorCodes.NO_ERROR and self._streams:
+            self._h2.state_machine.state = ConnectionState.SERVER_OPEN
+            self._peer_goaway = True
+            return False
+        self._flush()
+        self._close_transport()
+        return True
+
     def _on_request(self, ev: RequestReceived) -> None:
         sid: int = ev.stream_id
-        if self._goaway_sent and sid > self._last_stream_id:
+        if self._peer_goaway or (self._goaway_sent and sid > self._last_stream_id):
             self._h2.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
             return
         self._last_stream_id = max(self._last_stream_id, sid)
@@ -330,7 +344,7 @@ class Http2Connection(asyncio.Protocol):
     def _maybe_idle(self) -> None:
         if self._streams:
             return
-        if self._goaway_sent or self._ctx.draining:
+        if self._goaway_sent or self._peer_goaway or self._ctx.draining:
             self._schedule_flush()
             self._loop.call_soon(self._close_transport)
         else:

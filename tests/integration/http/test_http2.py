@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import h2.connection
 from h2.errors import ErrorCodes
 
 from dataplane.http import ClientDisconnected, Request, Responder
@@ -308,4 +309,20 @@ async def test_rapid_reset_flood_gets_enhance_your_calm() -> None:
         assert client.terminated is not None
         assert client.terminated.error_code == ErrorCodes.ENHANCE_YOUR_CALM
         assert started < 300
+        await client.close()
+
+
+async def test_open_streams_are_answered_after_a_client_goaway() -> None:
+    """After a client's graceful GOAWAY, its in-flight stream is still answered, then the connection closes."""
+    async with serving(echo) as server:
+        client = await H2Client.open(server.port)
+        sid = client.request(b"GET", b"/sleep/0.2")
+        await asyncio.sleep(0.05)
+        client.conn.close_connection()
+        client.flush()
+        # python-h2 would drop the answer after its own GOAWAY: keep the test client listening.
+        client.conn.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
+        st = await client.response(sid)
+        assert st.status == 200 and bytes(st.body) == b"GET /sleep/0.2 t "
+        await asyncio.wait_for(client.closed.wait(), 3)
         await client.close()
