@@ -21,14 +21,15 @@ from dataplane.router.admission import Admission
 from dataplane.router.balancer import Balancer
 from dataplane.router.control import control_settings, subscription
 from dataplane.router.disconnects import DisconnectSweeper
-from dataplane.router.discovery import DiscoveryError, discover
+from dataplane.router.discovery import DiscoveryError
 from dataplane.router.health import WorkerHealth
+from dataplane.router.late_workers import LateDiscovery, discover_fleet
 from dataplane.router.metrics import RouterMetrics
 from dataplane.router.proxy import Proxy, ProxyConfig
 from dataplane.router.settings import RouterSettings
 from dataplane.router.state import RouterState
 from dataplane.router.subscription import ControlConfigError
-from dataplane.router.workers import Worker, WorkerSpec, WorkerUrlError
+from dataplane.router.workers import Worker, WorkerUrlError
 
 log = structlog.get_logger(__name__)
 
@@ -62,18 +63,24 @@ class Router:
         # Passive ejection + /health probing back (SPEC §5), re-attached on every worker-set change.
         self.health = WorkerHealth(lambda: self.state.workers.workers)
         self.state.on_change(self.health.attach)
+        self.late = LateDiscovery([], [], self.state.apply_workers)
 
     async def register_workers(self) -> None:
-        """Standalone mode: discover every ``--worker`` (protocol, models) and apply the set."""
+        """Standalone mode: discover every ``--worker`` (protocol, models) and apply the set.
+
+        Workers that do not answer while others do join as placeholders and are discovered
+        later in the background (``late_workers``); none answering is a startup error.
+        """
         try:
-            specs: list[WorkerSpec] = list(
-                await asyncio.gather(*(discover(u) for u in self.settings.workers))
-            )
+            specs, pending = await discover_fleet(self.settings.workers)
         except (WorkerUrlError, DiscoveryError) as exc:
             raise StartupError(f"--worker {exc}") from None
-        self.state.apply_workers(specs)
+        self.late = LateDiscovery(specs, pending, self.state.apply_workers)
+        self.state.apply_workers(self.late.specs())
         for spec in specs:
             log.info("worker registered", url=spec.url, protocol=spec.protocol, models=list(spec.models))
+        for url in pending:
+            log.warning("worker not answering: registered later, once it does", url=url)
 
     async def start(self) -> int:
         """Open the listener; returns the bound port."""
@@ -81,6 +88,7 @@ class Router:
         limits = ServerLimits(max_body_bytes=settings.max_body_bytes)
         self.sweeper.start()
         self.health.start()
+        self.late.start()
         try:
             self.server = await start_server(
                 self.proxy.handle,
@@ -92,6 +100,7 @@ class Router:
         except OSError as exc:
             await self.sweeper.stop()
             await self.health.stop()
+            await self.late.stop()
             raise StartupError(
                 f"--listen {settings.listen_host}:{settings.listen_port}: {exc.strerror or exc}"
             ) from None
@@ -104,6 +113,7 @@ class Router:
             self.server = None
         await self.sweeper.stop()
         await self.health.stop()
+        await self.late.stop()
         await self.state.close()
 
 

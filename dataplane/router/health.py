@@ -136,6 +136,9 @@ class ProbeTarget(Protocol):
     def url(self) -> str: ...
 
     @property
+    def models(self) -> tuple[str, ...]: ...
+
+    @property
     def pool(self) -> UpstreamPool: ...
 
 
@@ -228,7 +231,8 @@ class WorkerHealth:
         urls = set()
         for worker in self._workers():
             worker.health = self.tracker
-            worker.healthy = self.tracker.healthy(worker.url)
+            # A worker with no models (a placeholder awaiting discovery) is never in rotation.
+            worker.healthy = bool(worker.models) and self.tracker.healthy(worker.url)
             urls.add(worker.url)
         for url in set(self.tracker.ejected()) - urls:
             self.tracker.forget(url)

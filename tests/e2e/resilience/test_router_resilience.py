@@ -13,7 +13,7 @@ from dataplane.router.upstream_h2 import H2Pool
 from tests.fakes.engine_sim import EngineSim
 from tests.fakes.router import RouterProcess
 
-from .conftest import open_stream, post_chat, read_events, wait_for
+from .conftest import free_port, open_stream, post_chat, read_events, wait_for
 
 
 def _healthy(router: RouterProcess, url: str) -> float | None:
@@ -163,3 +163,16 @@ def test_slow_reading_client_does_not_stall_the_shared_h2c_connection() -> None:
             conn.close()
         assert events[-1] == b"data: [DONE]"
         assert len(events) >= 19_990  # the rest after the first read: nothing lost
+
+
+def test_worker_dead_at_startup_joins_when_it_answers() -> None:
+    """A --worker down at startup does not stop the router; it joins (protocol discovered) once up."""
+    port = free_port()
+    dead_url = f"http://127.0.0.1:{port}"
+    with EngineSim() as good, RouterProcess("--worker", good.url, "--worker", dead_url) as router:
+        assert [post_chat(router.port)[0] for _ in range(10)] == [200] * 10
+        assert _healthy(router, dead_url) == 0
+        with EngineSim("--http2", "--listen", f"127.0.0.1:{port}"):
+            assert wait_for(lambda: _healthy(router, dead_url) == 1, timeout_s=30, interval_s=0.2)
+            assert [post_chat(router.port)[0] for _ in range(10)] == [200] * 10
+            assert _upstream_ok(router, "h2c") > 0
