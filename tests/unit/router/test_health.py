@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataplane.router.health import HealthPolicy, HealthTracker
+from dataplane.router.errors import UpstreamUnreachable
+from dataplane.router.health import HealthPolicy, HealthTracker, WorkerHealth
 
 
 class Clock:
@@ -106,3 +108,71 @@ def test_jittered_interval_stays_in_band(interval: float, jitter: float, seed: i
     wait = t.next_due_in()
     assert wait is not None
     assert interval * (1 - jitter) - 1e-9 <= wait <= interval * (1 + jitter) + 1e-9
+
+
+class _Answer:
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.headers: list[tuple[bytes, bytes]] = []
+
+    def buffered_body(self) -> bytes:
+        return b""
+
+
+class _Pool:
+    """An upstream pool whose /health fails until ``up`` is set."""
+
+    protocol = "http1"
+
+    def __init__(self) -> None:
+        self.up = False
+        self.probes = 0
+
+    async def request(
+        self, method: bytes, path: bytes, headers: object, body: bytes, *, timeout_s: float
+    ) -> _Answer:
+        assert (method, path) == (b"GET", b"/health")
+        self.probes += 1
+        if not self.up:
+            raise UpstreamUnreachable()
+        return _Answer(200)
+
+    async def close(self) -> None:
+        return None
+
+
+class _Worker:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.models = ("m",)
+        self.pool = _Pool()
+        self.healthy = True
+        self.health: HealthTracker | None = None
+
+
+async def test_prober_brings_an_ejected_worker_back() -> None:
+    """An ejected worker is probed with GET /health until it answers, then it is back in rotation."""
+    worker = _Worker("http://w:1")
+    health = WorkerHealth(
+        lambda: [worker], HealthPolicy(eject_after_failures=2, probe_interval_s=0.02, probe_jitter=0)
+    )
+    health.attach()
+    health.start()
+    try:
+        assert worker.health is health.tracker
+        for _ in range(2):
+            if worker.health.record_failure(worker.url):
+                worker.healthy = False
+        assert not worker.healthy
+        await asyncio.sleep(0.1)
+        assert worker.pool.probes >= 1
+        assert not worker.healthy
+        worker.pool.up = True
+        for _ in range(100):
+            if worker.healthy:
+                break
+            await asyncio.sleep(0.01)
+        assert worker.healthy
+        assert health.ejections == {"http://w:1": 1}
+    finally:
+        await health.stop()
