@@ -322,6 +322,10 @@ class Http1Connection(asyncio.Protocol):
             resp._mark_disconnected()
 
     def _close(self, linger: bool) -> None:
+        # Nothing is dispatched or answered after the last answer (it may be a handler's own
+        # ``connection: close``, with more requests already parsed from the same read).
+        self._closing = True
+        self._discarding = True
         transport = self._transport
         if transport is None or transport.is_closing():
             return

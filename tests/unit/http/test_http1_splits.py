@@ -186,3 +186,26 @@ def test_endless_trailer_is_refused() -> None:
     transport = asyncio.run(serve())
     assert transport.out.startswith(b"HTTP/1.1 413 ")
     assert transport.closed
+
+
+def test_nothing_is_answered_after_a_handler_closes_the_connection() -> None:
+    """A handler answering ``connection: close`` ends the connection: later pipelined requests get nothing."""
+    calls: list[bytes] = []
+
+    def closing(req: Request, resp: Responder) -> None:
+        calls.append(req.path)
+        resp.respond(200, [(b"connection", b"close")] if req.path == b"/first" else [], b"x")
+
+    async def serve() -> RecordingTransport:
+        ctx = ServerContext(handler=closing, limits=ServerLimits(), loop=asyncio.get_running_loop())
+        conn = Http1Connection(ctx)
+        transport = RecordingTransport()
+        conn.connection_made(transport)
+        conn.data_received(b"GET /first HTTP/1.1\r\nhost: t\r\n\r\nGET /second HTTP/1.1\r\nhost: t\r\n\r\n")
+        await asyncio.sleep(0)
+        return transport
+
+    transport = asyncio.run(serve())
+    assert transport.out == b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\nconnection: close\r\n\r\nx"
+    assert transport.closed
+    assert calls == [b"/first"]
