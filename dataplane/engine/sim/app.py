@@ -354,10 +354,10 @@ async def _wait_finished(sim: SimRequest, rank: SimRank, progress: Progress, res
     gone = asyncio.ensure_future(responder.wait_disconnected())
     try:
         while not sim.finished:
-            woken = asyncio.ensure_future(progress.wait())
+            # Armed before yielding, so a finish in the very next tick cannot slip past.
+            woken = progress.arm()
             await asyncio.wait((woken, gone), return_when=asyncio.FIRST_COMPLETED)
             if gone.done():
-                woken.cancel()
                 rank.abort(sim)
                 responder.abort()  # marks the answer finished; nothing reaches a client that left
                 return False

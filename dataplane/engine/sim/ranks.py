@@ -22,26 +22,42 @@ log = structlog.get_logger(__name__)
 
 
 class Progress:
-    """Wakes one waiting handler when its request generated tokens or finished."""
+    """Wakes one waiting handler when its request generated tokens or finished.
 
-    __slots__ = ("_finish_only", "_future")
+    Level-triggered: a wake-up that comes while nobody waits is remembered for the next
+    :meth:`arm`, so a tick that lands between a handler's check and its wait is never lost.
+    """
+
+    __slots__ = ("_finish_only", "_future", "_pending")
 
     def __init__(self, *, finish_only: bool = False) -> None:
         # A non-streamed answer only cares about the end: no wake-up per generated token.
         self._finish_only = finish_only
         self._future: asyncio.Future[None] | None = None
+        self._pending = False
 
     def __call__(self, request: SimRequest) -> None:
         if self._finish_only and not request.finished:
             return
         future = self._future
-        if future is not None and not future.done():
+        if future is None or future.done():
+            self._pending = True
+        else:
             future.set_result(None)
 
+    def arm(self) -> asyncio.Future[None]:
+        """A future that resolves at the next wake-up (at once if one is pending)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._pending:
+            self._pending = False
+            future.set_result(None)
+        else:
+            self._future = future
+        return future
+
     async def wait(self) -> None:
-        self._future = asyncio.get_running_loop().create_future()
         try:
-            await self._future
+            await self.arm()
         finally:
             self._future = None
 

@@ -289,3 +289,16 @@ async def test_get_load_follows_the_schedulers(make_sim: Any, protocol: str) -> 
     ]
     assert sum(rank["num_reqs"] for rank in busy) == 1 and sum(rank["num_tokens"] for rank in busy) > 0
     assert [reply.status for reply in extra] == [200, 200]
+
+
+async def test_many_short_paced_requests_all_complete(make_sim: Any, protocol: str) -> None:
+    """Hundreds of concurrent 2-token requests at 400 tokens/s all get their answer (no lost wake-up)."""
+    sim = await make_sim("--decode-tokens-per-s", "400", "--tick-ms", "1")
+    async with Http(sim.url, protocol) as http:
+        replies = await asyncio.wait_for(
+            asyncio.gather(
+                *(http.post("/v1/chat/completions", {**CHAT, "max_tokens": 2}) for _ in range(300))
+            ),
+            20,
+        )
+    assert [reply.status for reply in replies] == [200] * 300

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from controlplane.load.wire import decode_frame
 from dataplane.engine.publisher import LoadPublisher
-from dataplane.engine.sim.ranks import RankPicker, SimRank
+from dataplane.engine.sim.ranks import Progress, RankPicker, SimRank
 from dataplane.engine.sim.scheduler import SimRequest, SimScheduler
 
 
@@ -79,3 +81,34 @@ def test_abort_through_the_rank_frees_the_slot() -> None:
     rank.submit(req)
     rank.abort(req)
     assert rank.scheduler.counts()[:3] == (0, 0, 0)
+
+
+async def test_progress_remembers_a_wake_up_that_came_before_the_wait() -> None:
+    """A finish signalled while nobody waits resolves the next wait at once (no lost wake-up)."""
+    progress = Progress(finish_only=True)
+    req = SimRequest(prompt_tokens=1, max_new_tokens=1)
+    req.finished = True
+    progress(req)
+    await asyncio.wait_for(progress.wait(), 1.0)
+
+
+async def test_progress_finish_only_ignores_token_wake_ups() -> None:
+    """A finish-only signal is not woken by tokens, only by the end."""
+    progress = Progress(finish_only=True)
+    req = SimRequest(prompt_tokens=1, max_new_tokens=5)
+    waiter = progress.arm()
+    progress(req)
+    assert not waiter.done()
+    req.finished = True
+    progress(req)
+    assert waiter.done()
+
+
+async def test_progress_wakes_an_armed_waiter_per_token() -> None:
+    """A streaming signal wakes its waiter on each batch of tokens."""
+    progress = Progress()
+    req = SimRequest(prompt_tokens=1, max_new_tokens=5)
+    task = asyncio.ensure_future(progress.wait())
+    await asyncio.sleep(0)
+    progress(req)
+    await asyncio.wait_for(task, 1.0)
