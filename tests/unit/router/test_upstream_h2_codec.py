@@ -201,3 +201,28 @@ def test_repeated_header_blocks_decode_exactly(answers: list[list[tuple[bytes, b
         server.send_headers(sid, sent, end_stream=True)
         codec.feed(server.data_to_send())
         assert rec.headers[sid] == sent, i
+
+
+_frame_st = st.builds(
+    lambda kind, flags, sid, payload: (
+        len(payload).to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big") + payload
+    ),
+    st.integers(0, 11),
+    st.integers(0, 255),
+    st.sampled_from([0, 1, 3, 5, 2**31 - 1]),
+    st.binary(max_size=40),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_frame_st, max_size=8))
+def test_hostile_frames_only_ever_raise_protocol_errors(frames: list[bytes]) -> None:
+    """Whatever a broken or hostile peer sends, the codec fails with H2ProtocolError or copes."""
+    codec, _, _ = _pair()
+    codec.open_stream(b"GET", b"/", b"h:1", [], True)
+    codec.open_stream(b"POST", b"/", b"h:1", [], False)
+    try:
+        for f in frames:
+            codec.feed(f)
+    except H2ProtocolError:
+        pass
