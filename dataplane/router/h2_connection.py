@@ -226,6 +226,8 @@ class H2Connection(asyncio.Protocol):
             return
         # REFUSED_STREAM guarantees the worker did no work on it (RFC 9113 §8.7): retryable.
         refused = code == REFUSED_STREAM and not stream.started
+        if refused:
+            stream.refused = True
         stream.fail(UpstreamUnreachable() if refused else UpstreamBodyIncomplete())
 
     def on_goaway(self, last_stream_id: int, code: int) -> None:
@@ -235,6 +237,7 @@ class H2Connection(asyncio.Protocol):
         for sid in [s for s in self._streams if s > last_stream_id]:
             stream = self._finished(sid)
             if stream is not None:
+                stream.refused = True
                 stream.fail(UpstreamUnreachable())
         if code != NO_ERROR or not self._streams:
             self._fail(UpstreamBodyIncomplete())

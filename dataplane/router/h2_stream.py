@@ -50,6 +50,7 @@ class H2Stream:
         "headers",
         "pending",
         "pending_off",
+        "refused",
         "started",
         "status",
         "stream_id",
@@ -68,6 +69,7 @@ class H2Stream:
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.started = False  # response headers arrived
+        self.refused = False  # the live worker declined it unprocessed (REFUSED_STREAM, GOAWAY)
         self.pending = memoryview(body)  # request body bytes not yet sent
         self.pending_off = 0
         self._buf: deque[bytes] = deque()

@@ -68,7 +68,17 @@ class H2Pool:
         deadline = loop.time() + timeout_s
         conn = self._pick() or await self._acquire(deadline)
         stream = conn.start(method, path, headers, body, deadline)
-        await stream.response_started()
+        try:
+            await stream.response_started()
+        except UpstreamUnreachable:
+            if not stream.refused:
+                raise
+            # The worker is alive and declined this stream unprocessed (a GOAWAY racing our
+            # HEADERS, RFC 9113 §6.8, or REFUSED_STREAM §8.7): once more on this worker (on a
+            # new connection if that one is draining) before the request path tries another.
+            conn = self._pick() or await self._acquire(deadline)
+            stream = conn.start(method, path, headers, body, deadline)
+            await stream.response_started()
         return stream
 
     def _pick(self) -> H2Connection | None:

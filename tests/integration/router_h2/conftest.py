@@ -6,9 +6,10 @@ does rarely: refusals, resets, GOAWAY, dying mid-answer, never answering):
   /echo               200, body = the number of request body bytes received (after END_STREAM)
   /stream?n=K&ms=D    200, K chunks ``chunk-i\\n`` D ms apart
   /big?bytes=N        200, N bytes sent as the flow-control windows allow
-  /refuse             RST_STREAM(REFUSED_STREAM) before any answer
+  /refuse             RST_STREAM(REFUSED_STREAM) before any answer (every time)
   /reset              headers, one chunk, then RST_STREAM(INTERNAL_ERROR)
   /goaway             GOAWAY(NO_ERROR, last_stream_id = previous stream), no answer on this one
+                      (as a connection's first stream: 200 "fresh")
   /die                headers, one chunk, then the TCP connection is closed
   /hang               never answers
 """
@@ -132,6 +133,10 @@ class ScriptedH2Server(asyncio.Protocol):
             await self.send(sid, b"partial", False)
             self.h2.reset_stream(sid, ErrorCodes.INTERNAL_ERROR)
             self.flush()
+        elif path == "/goaway" and sid == 1:
+            # First stream of a connection: nothing to refuse, answer normally.
+            self.respond(sid)
+            await self.send(sid, b"fresh", True)
         elif path == "/goaway":
             self.h2.close_connection(ErrorCodes.NO_ERROR, last_stream_id=sid - 2)
             self.flush()

@@ -111,16 +111,24 @@ async def test_connection_dying_mid_answer_is_replaced(h2_server: ScriptedServer
     await pool.close()
 
 
-async def test_goaway_fails_later_streams_retryably_and_drains(h2_server: ScriptedServer) -> None:
-    """GOAWAY: streams above last_stream_id are unreachable, earlier ones finish, a new connection is used."""
+async def test_goaway_refused_stream_is_retried_on_a_fresh_connection(h2_server: ScriptedServer) -> None:
+    """GOAWAY: a stream above last_stream_id is resent on a new connection; earlier ones finish."""
     pool = H2Pool("127.0.0.1", h2_server.port)
     early = await pool.request(b"GET", b"/stream?n=5&ms=30", [], b"", timeout_s=5)
-    with pytest.raises(UpstreamUnreachable):
-        await pool.request(b"GET", b"/goaway", [], b"", timeout_s=5)
+    assert await _get(pool, b"/goaway") == b"fresh"  # refused on connection 1, answered on 2
     body = b"".join([c async for c in early.chunks()])
     assert body.count(b"chunk-") == 5
     assert await _get(pool, b"/echo", b"next") == b"4"
     assert len(h2_server.connections) == 2
+    await pool.close()
+
+
+async def test_refused_twice_is_unreachable(h2_server: ScriptedServer) -> None:
+    """A worker refusing the stream again: UpstreamUnreachable after two tries (retryable elsewhere)."""
+    pool = H2Pool("127.0.0.1", h2_server.port)
+    with pytest.raises(UpstreamUnreachable):
+        await pool.request(b"GET", b"/refuse", [], b"", timeout_s=5)
+    assert h2_server.requests == 2
     await pool.close()
 
 
