@@ -181,7 +181,13 @@ def run_supervised(
     argv: Sequence[str], processes: int, listen_host: str, listen_port: int, grace_s: float
 ) -> int:
     """Entry for ``python -m dataplane --processes N`` (N > 1): blocks until stopped; the exit code."""
-    reservation, port = reserve_port(listen_host, listen_port)
+    try:
+        reservation, port = reserve_port(listen_host, listen_port)
+    except OSError as exc:  # SPEC §1: startup errors are one line naming the flag and the value
+        print(
+            f"fleetplane router: --listen {listen_host}:{listen_port}: {exc.strerror or exc}", file=sys.stderr
+        )
+        return STARTUP_ERROR_EXIT
     host = f"[{listen_host}]" if ":" in listen_host else listen_host
     command = [sys.executable, "-m", "dataplane", *child_argv(argv, f"{host}:{port}")]
     print(f"fleetplane router supervisor: {processes} processes on http://{host}:{port}", flush=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -80,3 +81,21 @@ def test_startup_error_in_children_exits_2() -> None:
     assert proc.returncode == 2
     assert "--worker" in proc.stderr
     time.sleep(0.1)
+
+
+def test_busy_port_is_a_one_line_startup_error() -> None:
+    """--processes 2 on a port another process holds: exit 2 with one line naming --listen."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "dataplane", "--processes", "2", "--listen", f"127.0.0.1:{port}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--listen" in lines[0] and str(port) in lines[0]
