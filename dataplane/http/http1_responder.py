@@ -49,9 +49,7 @@ class H1Responder(Responder):
         self._chunked = False
         self._nobody = False
         self._linger = False
-        self._disc = False
         self._pending: list[bytes] | None = None
-        self._disc_waiter: asyncio.Future[None] | None = None
         self._head_waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
