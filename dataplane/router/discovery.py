@@ -80,4 +80,8 @@ async def discover(url: str) -> WorkerSpec:
     address = WorkerAddress.parse(url)
     protocol = await probe_protocol(address)
     models = await read_models(WorkerSpec(address.url, protocol, ()))
+    if protocol == HTTP1 and not address.forced_h2c:
+        # The probe may have failed only because the worker was still starting (read_models
+        # retries for that race): now that it answers, ask once more.
+        protocol = await probe_protocol(address)
     return WorkerSpec(address.url, protocol, models)

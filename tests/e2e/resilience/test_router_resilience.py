@@ -175,4 +175,6 @@ def test_worker_dead_at_startup_joins_when_it_answers() -> None:
         with EngineSim("--http2", "--listen", f"127.0.0.1:{port}"):
             assert wait_for(lambda: _healthy(router, dead_url) == 1, timeout_s=30, interval_s=0.2)
             assert [post_chat(router.port)[0] for _ in range(10)] == [200] * 10
-            assert _upstream_ok(router, "h2c") > 0
+            assert _upstream_ok(router, "h2c") > 0, {
+                k: v for k, v in router.metrics().items() if "upstream" in k or "healthy" in k
+            }
