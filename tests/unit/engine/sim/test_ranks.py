@@ -112,3 +112,25 @@ async def test_progress_wakes_an_armed_waiter_per_token() -> None:
     await asyncio.sleep(0)
     progress(req)
     await asyncio.wait_for(task, 1.0)
+
+
+async def test_idle_loop_ticks_at_once_when_a_request_arrives() -> None:
+    """An idle rank's loop wakes on a request that takes time, so its load goes out without waiting."""
+    rank, sock, _clock = make_rank()
+    rank.idle_tick_s = 60.0  # only the wake-up can make it tick again
+    loop_task = asyncio.ensure_future(rank.run())
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if sock.sent:
+                break
+        assert stats(sock) == [(0, 0, 0)]
+        rank.submit(SimRequest(prompt_tokens=4, max_new_tokens=5))
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if len(sock.sent) > 1:
+                break
+        assert stats(sock)[1] == (1, 0, 4)
+    finally:
+        loop_task.cancel()
+        await asyncio.gather(loop_task, return_exceptions=True)
