@@ -49,6 +49,10 @@ class WorkerRegistry(TypingProtocol):
         """Add or replace ``record`` (and remove ``replaces``) in one durable transaction."""
         ...
 
+    async def put_many(self, records: Sequence[WorkerRecord]) -> None:
+        """Add or replace many workers in one durable transaction (bulk registration)."""
+        ...
+
     async def delete(self, url: str) -> bool:
         """Remove a worker; False if it was not registered."""
         ...
@@ -67,6 +71,10 @@ class MemoryWorkerRegistry:
         for url in replaces:
             self._records.pop(url, None)
         self._records[record.url] = record
+
+    async def put_many(self, records: Sequence[WorkerRecord]) -> None:
+        for record in records:
+            self._records[record.url] = record
 
     async def delete(self, url: str) -> bool:
         return self._records.pop(url, None) is not None
@@ -101,6 +109,10 @@ class SqliteWorkerRegistry:
             conn.execute(_UPSERT, _row(record))
 
         await self._run_write(write)
+
+    async def put_many(self, records: Sequence[WorkerRecord]) -> None:
+        rows = [_row(record) for record in records]
+        await self._run_write(lambda conn: conn.executemany(_UPSERT, rows))
 
     async def delete(self, url: str) -> bool:
         def write(conn: sqlite3.Connection) -> bool:
