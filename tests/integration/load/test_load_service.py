@@ -318,3 +318,50 @@ async def test_registry_survives_a_restart(tmp_path: Path) -> None:
     finally:
         pub.close()
         ctx.destroy(linger=0)
+
+
+async def test_roles_viewer_and_router_read_only_admin_registers(tmp_path: Path) -> None:
+    """RegisterWorker/DeregisterWorker need admin; routers and viewers may list, get and watch."""
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(
+        '{"ops": {"token": "t-admin", "role": "admin"}, "r": {"token": "t-router", "role": "router"},'
+        ' "v": {"token": "t-viewer", "role": "viewer"}}'
+    )
+    async with (
+        running_control_plane(tmp_path, auth_tokens=str(tokens)) as plane,
+        grpc.aio.insecure_channel(str(plane.grpc_address)) as channel,
+    ):
+        stub = load_pb2_grpc.LoadServiceStub(channel)
+
+        def auth(token: str) -> tuple[tuple[str, str], ...]:
+            return (("authorization", f"Bearer {token}"),)
+
+        register = load_pb2.RegisterWorkerRequest(
+            url=WORKER,
+            protocol=load_pb2.WORKER_PROTOCOL_HTTP1,
+            models=["m"],
+            load_endpoints=["tcp://127.0.0.1:9"],
+        )
+        for token in ("t-router", "t-viewer"):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.RegisterWorker(register, metadata=auth(token))
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        await stub.RegisterWorker(register, metadata=auth("t-admin"))
+        for token in ("t-router", "t-viewer"):
+            assert (
+                len((await stub.ListWorkers(load_pb2.ListWorkersRequest(), metadata=auth(token))).workers)
+                == 1
+            )
+            assert len((await stub.GetLoads(load_pb2.GetLoadsRequest(), metadata=auth(token))).workers) == 1
+            call = stub.WatchLoads(load_pb2.WatchLoadsRequest(router_id="r"), metadata=auth(token))
+            first = await call.read()
+            call.cancel()
+            assert first.full and [w.url for w in first.workers] == [WORKER]
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.DeregisterWorker(
+                    load_pb2.DeregisterWorkerRequest(url=WORKER), metadata=auth(token)
+                )
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.GetLoads(load_pb2.GetLoadsRequest())
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
