@@ -132,9 +132,21 @@ class Discoverer:
         self._sleep = sleep
 
     async def discover(
-        self, worker: WorkerAddress, protocol: Protocol, *, want_endpoints: bool, want_models: bool
+        self,
+        worker: WorkerAddress,
+        protocol: Protocol,
+        *,
+        want_endpoints: bool,
+        want_models: bool,
+        budget_s: float | None = None,
     ) -> Discovery:
-        """Ask the worker what is missing; failures are reported in ``Discovery.error``."""
+        """Ask the worker what is missing; failures are reported in ``Discovery.error``.
+
+        ``budget_s`` bounds the whole discovery (the RegisterWorker caller's deadline): an
+        attempt never outlives it, and no retry starts that could not finish in it.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if budget_s is None else loop.time() + max(0.0, budget_s)
         forced = Protocol.H2C if worker.scheme == "h2c" else protocol
         h2c_first = forced is Protocol.H2C
         resolved = forced if forced is not Protocol.AUTO else Protocol.HTTP1
@@ -145,7 +157,7 @@ class Discoverer:
         unreachable = False
         if want_endpoints or forced is Protocol.AUTO:
             try:
-                body, spoke_h2c = await self._get_json(worker, "/server_info", h2c_first)
+                body, spoke_h2c = await self._get_json(worker, "/server_info", h2c_first, deadline)
                 info = parse_server_info(body, worker)
             except DiscoveryError as exc:
                 unreachable = isinstance(exc, Unreachable)
@@ -163,17 +175,25 @@ class Discoverer:
                         errors.append(info.load_reason)
         if want_models and not unreachable:
             try:
-                body, _ = await self._get_json(worker, "/v1/models", h2c_first)
+                body, _ = await self._get_json(worker, "/v1/models", h2c_first, deadline)
                 models = parse_models(body)
             except DiscoveryError as exc:
                 errors.append(str(exc))
         return Discovery(resolved, endpoints, topic, models, "; ".join(errors))
 
-    async def _get_json(self, worker: WorkerAddress, path: str, h2c_first: bool) -> tuple[Any, bool]:
+    async def _get_json(
+        self, worker: WorkerAddress, path: str, h2c_first: bool, deadline: float | None
+    ) -> tuple[Any, bool]:
+        loop = asyncio.get_running_loop()
         delay = self._first_backoff_s
         for attempt in range(1, self._attempts + 1):
+            timeout_s = self._timeout_s
+            if deadline is not None:
+                timeout_s = min(timeout_s, deadline - loop.time())
+                if timeout_s <= 0.05:
+                    raise Unreachable(f"GET {worker.url}{path}: no time left within the call's deadline")
             try:
-                status, body, spoke_h2c = await self._get(worker, path, h2c_first, self._timeout_s)
+                status, body, spoke_h2c = await self._get(worker, path, h2c_first, timeout_s)
                 if status >= 500:
                     raise _Retryable(f"GET {worker.url}{path}: HTTP {status}")
                 if status >= 400:
@@ -183,7 +203,8 @@ class Discoverer:
                 except (ValueError, UnicodeDecodeError) as exc:
                     raise DiscoveryError(f"GET {worker.url}{path}: not JSON ({exc})") from None
             except _Retryable as exc:
-                if attempt == self._attempts:
+                out_of_time = deadline is not None and loop.time() + delay >= deadline
+                if attempt == self._attempts or out_of_time:
                     raise Unreachable(f"{exc} (after {attempt} attempts)") from None
             await self._sleep(delay)
             delay *= 2

@@ -89,14 +89,25 @@ class LoadPlane:
         return [self._workers[url] for url in sorted(self._workers)]
 
     async def register(
-        self, url: str, protocol: int, models: Sequence[str], load_endpoints: Sequence[str]
+        self,
+        url: str,
+        protocol: int,
+        models: Sequence[str],
+        load_endpoints: Sequence[str],
+        *,
+        discovery_budget_s: float | None = None,
     ) -> WorkerRecord:
-        """Validate, discover what is missing, store durably, then subscribe."""
+        """Validate, discover what is missing, store durably, then subscribe.
+
+        Discovery is bounded by ``discovery_budget_s`` (what is left of the caller's
+        deadline); what it could not learn in time is reported in ``discovery_error`` and
+        asked again in the background.
+        """
         address = parse_worker_url(url)
         asked = parse_protocol(protocol, address)
         explicit_models = parse_models(list(models))
         explicit_endpoints = parse_load_endpoints(list(load_endpoints), address)
-        record = await self._resolve(address, asked, explicit_models, explicit_endpoints)
+        record = await self._resolve(address, asked, explicit_models, explicit_endpoints, discovery_budget_s)
         # Shielded: once the write is submitted it happens; the memory must follow it even
         # if the client gives up (cancellation) in the meantime.
         await asyncio.shield(self._commit(record))
@@ -123,6 +134,7 @@ class LoadPlane:
         asked: Protocol,
         models: tuple[str, ...],
         endpoints: tuple[str, ...],
+        budget_s: float | None,
     ) -> WorkerRecord:
         forced = Protocol.H2C if address.scheme == "h2c" else asked
         resolved = forced
@@ -131,7 +143,7 @@ class LoadPlane:
         discovered = False
         if not endpoints or not models or forced is Protocol.AUTO:
             found = await self._discoverer.discover(
-                address, forced, want_endpoints=not endpoints, want_models=not models
+                address, forced, want_endpoints=not endpoints, want_models=not models, budget_s=budget_s
             )
             resolved = found.resolved_protocol
             error = found.error
@@ -195,33 +207,51 @@ class LoadPlane:
     # -- background ---------------------------------------------------------------------
 
     async def run_rediscovery(self) -> None:
-        """Retry discovery for workers registered while their engine was not answering."""
+        """Ask again, every interval, the workers whose discovery failed at registration."""
         while True:
             await asyncio.sleep(self._rediscover_interval_s)
             for record in list(self._workers.values()):
-                if record.discovered and not record.load_endpoints and record.discovery_error:
+                if record.discovery_error and _incomplete(record):
                     await self._rediscover(record)
 
     async def _rediscover(self, record: WorkerRecord) -> None:
         address = parse_worker_url(record.url)
+        want_endpoints = record.discovered and not record.load_endpoints
         found = await self._discoverer.discover(
-            address, record.protocol, want_endpoints=True, want_models=not record.models
+            address, record.protocol, want_endpoints=want_endpoints, want_models=not record.models
         )
-        if not found.load_endpoints:
-            return
+        auto = record.protocol is Protocol.AUTO and address.scheme != "h2c"
+        protocol_read = auto and not found.error.startswith("protocol AUTO assumed")
         updated = replace(
             record,
-            resolved_protocol=found.resolved_protocol
-            if record.protocol is Protocol.AUTO and address.scheme != "h2c"
-            else record.resolved_protocol,
-            load_endpoints=found.load_endpoints,
-            load_topic=found.load_topic,
+            resolved_protocol=found.resolved_protocol if protocol_read else record.resolved_protocol,
+            load_endpoints=found.load_endpoints
+            if want_endpoints and found.load_endpoints
+            else record.load_endpoints,
+            load_topic=found.load_topic if want_endpoints and found.load_endpoints else record.load_topic,
             models=record.models or found.models,
             discovery_error=found.error,
         )
+        if updated == record:
+            return
         async with self._lock:
             if self._workers.get(record.url) != record:
                 return  # re-registered or removed meanwhile: that decision wins
             await self._registry.put(updated)
             self._apply(updated)
-        log.info("worker_rediscovered", url=record.url, endpoints=list(updated.load_endpoints))
+        log.info(
+            "worker_rediscovered",
+            url=record.url,
+            protocol=updated.resolved_protocol.name,
+            endpoints=list(updated.load_endpoints),
+            discovery_error=updated.discovery_error or None,
+        )
+
+
+def _incomplete(record: WorkerRecord) -> bool:
+    """Something discovery should have told: endpoints, models, or an AUTO protocol."""
+    missing_endpoints = record.discovered and not record.load_endpoints
+    unresolved = record.protocol is Protocol.AUTO and record.discovery_error.startswith(
+        "protocol AUTO assumed"
+    )
+    return missing_endpoints or not record.models or unresolved

@@ -32,6 +32,7 @@ log = structlog.get_logger("controlplane.loads")
 SERVICE_NAME = load_pb2.DESCRIPTOR.services_by_name["LoadService"].full_name
 
 _Context = aio.ServicerContext[Any, Any]
+DEADLINE_MARGIN_S = 0.5
 
 
 class LoadServicer(load_pb2_grpc.LoadServiceServicer):
@@ -42,8 +43,15 @@ class LoadServicer(load_pb2_grpc.LoadServiceServicer):
     async def RegisterWorker(
         self, request: load_pb2.RegisterWorkerRequest, context: _Context
     ) -> load_pb2.RegisterWorkerResponse:
+        remaining = context.time_remaining()
+        # Leave the call time to store the worker and answer after discovery (SPEC §6).
+        budget = None if remaining is None else max(0.1, remaining - DEADLINE_MARGIN_S)
         record = await self._plane.register(
-            request.url, request.protocol, list(request.models), list(request.load_endpoints)
+            request.url,
+            request.protocol,
+            list(request.models),
+            list(request.load_endpoints),
+            discovery_budget_s=budget,
         )
         return load_pb2.RegisterWorkerResponse(worker=worker_message(record))
 

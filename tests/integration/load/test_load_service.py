@@ -365,3 +365,31 @@ async def test_roles_viewer_and_router_read_only_admin_registers(tmp_path: Path)
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stub.GetLoads(load_pb2.GetLoadsRequest())
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_registration_answers_within_the_callers_deadline(fleet: Fleet) -> None:
+    """A worker that accepts but never answers cannot make RegisterWorker outlive its deadline."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def hang(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(hang, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        started = time.monotonic()
+        response = await fleet.stub.RegisterWorker(
+            load_pb2.RegisterWorkerRequest(
+                url=f"http://127.0.0.1:{port}", load_endpoints=["tcp://127.0.0.1:9"]
+            ),
+            timeout=1.5,
+        )
+        assert time.monotonic() - started < 1.5
+        worker = response.worker
+        assert worker.resolved_protocol == load_pb2.WORKER_PROTOCOL_HTTP1
+        assert "protocol AUTO assumed HTTP/1.1" in worker.discovery_error
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()

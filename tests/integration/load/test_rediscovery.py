@@ -1,0 +1,51 @@
+"""A worker registered before its engine answered is discovered later, in the background."""
+
+from __future__ import annotations
+
+import asyncio
+
+from controlplane.load.discovery import Discoverer
+from controlplane.load.plane import LoadPlane
+from controlplane.load.registration import Protocol
+from controlplane.store.workers import MemoryWorkerRegistry
+from tests.fakes.load_peers import JsonServer, until
+
+INFO = {
+    "enable_http2": True,
+    "kv_events": {"endpoint_host": "*", "dp_size": 1, "load_endpoint_port_base": 7001, "load_topic": "load"},
+}
+MODELS = {"data": [{"id": "late-model"}]}
+
+
+async def no_wait(_: float) -> None:
+    return None
+
+
+async def test_background_rediscovery_fills_in_endpoints_models_and_protocol() -> None:
+    """Discovery failing at registration is retried until the worker answers; then it is stored."""
+    registry = MemoryWorkerRegistry()
+    plane = LoadPlane(
+        registry,
+        stale_after_s=3.0,
+        push_interval_s=0.05,
+        discoverer=Discoverer(sleep=no_wait),
+        rediscover_interval_s=0.05,
+    )
+    await plane.start()
+    task = asyncio.create_task(plane.run_rediscovery())
+    try:
+        async with JsonServer({"/server_info": [(503, {})], "/v1/models": [(503, {})]}) as srv:
+            record = await plane.register(srv.url, 0, [], [])
+            assert record.load_endpoints == () and record.discovery_error
+            assert record.resolved_protocol is Protocol.HTTP1
+            srv.script = {"/server_info": [(200, INFO)], "/v1/models": [(200, MODELS)]}
+            await until(lambda: bool(plane.workers()[0].load_endpoints))
+        (worker,) = plane.workers()
+        assert worker.load_endpoints == ("tcp://127.0.0.1:7001",) and worker.models == ("late-model",)
+        assert worker.resolved_protocol is Protocol.H2C and worker.discovery_error == ""
+        assert (await registry.list()) == [worker]
+        assert plane.subscriber.socket_count(worker.url) == 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await plane.stop()
