@@ -80,7 +80,15 @@ def serve_aiohttp(use_uvloop: bool) -> None:
 
 def start_server(kind: str) -> tuple[subprocess.Popen[str], int]:
     if kind == "engine-sim":
-        cmd = [sys.executable, "-m", "dataplane.engine.sim", "--listen", "127.0.0.1:0"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "dataplane.engine.sim",
+            "--listen",
+            "127.0.0.1:0",
+            "--decode-tokens-per-s",
+            "0",
+        ]
     else:
         cmd = [sys.executable, __file__, "--serve", kind]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

@@ -146,7 +146,18 @@ def main() -> int:
         print("wrk not found: install it with `apt-get install -y wrk`", file=sys.stderr)
         return 2
     sim = start(
-        [PY, "-m", "dataplane.engine.sim", "--listen", "127.0.0.1:0", "--model", MODEL], "listening on"
+        [
+            PY,
+            "-m",
+            "dataplane.engine.sim",
+            "--listen",
+            "127.0.0.1:0",
+            "--model",
+            MODEL,
+            "--decode-tokens-per-s",
+            "0",
+        ],
+        "listening on",
     )
     router = start(
         [

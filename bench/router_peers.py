@@ -99,7 +99,17 @@ def _wait_ready(p: Proc, path: str, timeout_s: float = 60.0) -> None:
 
 def _engine(name: str, model_dir: Path, log_dir: Path, *extra: str) -> Proc:
     port = _free_port()
-    argv = [PY, "-m", "dataplane.engine.sim", "--listen", f"127.0.0.1:{port}", "--model", MODEL]
+    argv = [
+        PY,
+        "-m",
+        "dataplane.engine.sim",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--model",
+        MODEL,
+        "--decode-tokens-per-s",
+        "0",
+    ]
     argv += ["--model-path", str(model_dir), *extra]
     return _spawn(name, argv, port, log_dir)
 

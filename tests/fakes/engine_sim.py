@@ -55,6 +55,9 @@ class EngineSim:
         self.flags = list(flags)
         if not any(f == "--listen" or f.startswith("--listen=") for f in self.flags):
             self.flags = ["--listen", "127.0.0.1:0", *self.flags]
+        # Tests want instant answers unless they ask for a decode rate (the CLI default is realistic).
+        if not any(f.startswith("--decode-tokens-per-s") for f in self.flags):
+            self.flags += ["--decode-tokens-per-s", "0"]
         self._env = env
         self._startup_timeout_s = startup_timeout_s
         self._stop_timeout_s = stop_timeout_s

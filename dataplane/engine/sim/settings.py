@@ -23,6 +23,10 @@ DEFAULT_KV_EVENTS_ENDPOINT = "tcp://*:5557"
 # The KV page size advertised in /server_info's kv_events block (SGLang's page_size).
 PAGE_SIZE = 16
 
+# A realistic default (SPEC §7 consumers watch load follow requests): an instant engine would
+# never show running or waiting requests on the wire. Benchmarks pass 0 explicitly.
+DEFAULT_DECODE_TOKENS_PER_S = 100.0
+
 
 @dataclass(frozen=True, slots=True)
 class SimSettings:
@@ -101,7 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-running-requests", type=_int_at_least(1), default=256, help="per dp rank")
     p.add_argument("--max-total-tokens", type=_int_at_least(1), default=262144, help="KV pool per dp rank")
-    p.add_argument("--decode-tokens-per-s", type=_rate, default=0.0, help="per request; 0 = instant")
+    p.add_argument(
+        "--decode-tokens-per-s",
+        type=_rate,
+        default=DEFAULT_DECODE_TOKENS_PER_S,
+        help="per request; 0 = instant (benchmarks), the default keeps load visible on the wire",
+    )
     p.add_argument("--tick-ms", type=_int_at_least(1, 1000), default=5, help="scheduler loop period")
     return p
 

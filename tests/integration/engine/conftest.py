@@ -174,7 +174,12 @@ async def make_sim() -> AsyncIterator[Any]:
     started: list[tuple[Any, list[asyncio.Task[None]], list[SimRank]]] = []
 
     async def start(*flags: str) -> InProcessSim:
-        settings = parse_settings(["--listen", "127.0.0.1:0", *flags])
+        instant = (
+            []
+            if any(f.startswith("--decode-tokens-per-s") for f in flags)
+            else ["--decode-tokens-per-s", "0"]
+        )
+        settings = parse_settings(["--listen", "127.0.0.1:0", *instant, *flags])
         ranks = build_ranks(settings)
         app = SimApp(
             ranks, model=settings.model, info=server_info(settings, "/tmp/m", 0), model_path="/tmp/m"

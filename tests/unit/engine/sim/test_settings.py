@@ -9,14 +9,14 @@ from dataplane.engine.sim.settings import StartupError, build_parser, parse_sett
 
 
 def test_defaults() -> None:
-    """Defaults: loopback 9001, one rank, load publishing off, instant decode."""
+    """Defaults: loopback 9001, one rank, load publishing off, a realistic decode rate (load is visible)."""
     s = parse_settings([])
     assert (s.host, s.port, s.dp_size, s.load_range, s.decode_tokens_per_s) == (
         "127.0.0.1",
         9001,
         1,
         None,
-        0.0,
+        100.0,
     )
     assert s.kv_events_endpoint == "tcp://*:5557" and s.model == "sim-model" and not s.http2
 
