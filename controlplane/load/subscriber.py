@@ -123,7 +123,7 @@ class LoadSubscriber:
     def close(self) -> None:
         for url in list(self._subs):
             self.unsubscribe(url)
-        self._ctx.term()
+        self._ctx.destroy(linger=0)
 
     def _open(self, rank: RankState, topic: bytes) -> _Subscription:
         sock: zmq.Socket[bytes] = self._ctx.socket(zmq.SUB)
@@ -131,7 +131,10 @@ class LoadSubscriber:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RCVHWM, self._rcvhwm)
             sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-            sock.setsockopt(zmq.IPV6, 1)
+            # IPv6 only for IPv6 literals, as the engine's publisher does: with it on, libzmq
+            # may resolve "localhost" to ::1 and retry there forever against a v4-only bind.
+            if rank.endpoint.startswith("tcp://["):
+                sock.setsockopt(zmq.IPV6, 1)
             sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
             sock.setsockopt(zmq.TCP_KEEPALIVE, 1)

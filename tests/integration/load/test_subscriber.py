@@ -12,7 +12,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from controlplane.load.subscriber import LoadSubscriber
 from controlplane.load.table import Freshness, LoadTable
-from controlplane.load.wire import LoadStat
+from controlplane.load.wire import LoadStat, encode_frame
 from tests.fakes.load_peers import Pub, until
 
 URL = "http://127.0.0.1:9001"
@@ -139,3 +139,26 @@ async def test_many_frames_are_drained_across_budgets(
         pub.send(LoadStat(i, 0, 0, 0, 0))
     await until(lambda: rank.frames_received - start == 100)
     assert rank.dropped_frames == 0
+
+
+async def test_ipv6_literal_and_localhost_endpoints_connect(
+    ctx: zmq.Context[zmq.Socket[bytes]], ingest: tuple[LoadTable, LoadSubscriber, list[int]]
+) -> None:
+    """tcp://[::1]:P reaches a v6 publisher; tcp://localhost:P reaches a v4-only one."""
+    table, sub, _ = ingest
+    v4 = Pub(ctx)
+    v6 = ctx.socket(zmq.PUB)
+    v6.setsockopt(zmq.LINGER, 0)
+    v6.setsockopt(zmq.IPV6, 1)
+    v6.bind("tcp://[::1]:*")
+    v6_endpoint = v6.getsockopt_string(zmq.LAST_ENDPOINT)
+    port4 = v4.endpoint.rsplit(":", 1)[1]
+    ranks = table.set_worker(URL, [v6_endpoint, f"tcp://localhost:{port4}"])
+    sub.subscribe(URL, ranks, b"load")
+    deadline = time.monotonic() + 5
+    while not all(r.frames_received for r in ranks):
+        assert time.monotonic() < deadline, [r.frames_received for r in ranks]
+        v6.send_multipart(encode_frame(0, LoadStat(1, 0, 0, 0, 0)))
+        v4.send(LoadStat(2, 0, 0, 0, 1))
+        await asyncio.sleep(0.02)
+    v6.close(linger=0)
