@@ -286,6 +286,8 @@ async def test_two_ranks_are_summed_and_stale_until_both_report(fleet: Fleet) ->
     w = await fleet.load()
     assert (w.num_waiting_reqs, w.num_tokens, w.max_total_num_tokens) == (6, 30, 200)
     assert [r.dp_rank for r in w.ranks] == [0, 1]
+    page = await asyncio.to_thread(_get, f"http://{fleet.plane.http_address}/")
+    assert "Worker load" in page and WORKER in page and "FRESH" in page and "(30/200)" in page
 
 
 async def test_registry_survives_a_restart(tmp_path: Path) -> None:
