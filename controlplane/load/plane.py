@@ -124,7 +124,12 @@ class LoadPlane:
         """Remove a worker durably and close its sockets; NOT_FOUND if it is not registered."""
         key = parse_worker_url(url).url
         if key not in self._workers:
-            raise NotFound(f"url: worker {key} is not registered", field="url")
+            # The same host:port under the other scheme (http:// vs h2c://) is the same worker.
+            authority = key.split("://", 1)[1]
+            same = [u for u in self._workers if u.split("://", 1)[1] == authority]
+            if not same:
+                raise NotFound(f"url: worker {key} is not registered", field="url")
+            key = same[0]
         await asyncio.shield(self._remove(key))
         log.info("worker_deregistered", url=key)
 

@@ -49,3 +49,17 @@ async def test_background_rediscovery_fills_in_endpoints_models_and_protocol() -
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await plane.stop()
+
+
+async def test_one_worker_per_host_port_across_schemes() -> None:
+    """h2c://H:P replaces http://H:P (and removing either name removes it)."""
+    plane = LoadPlane(MemoryWorkerRegistry(), stale_after_s=3.0, push_interval_s=0.05)
+    await plane.start()
+    try:
+        await plane.register("http://127.0.0.1:9001", 2, ["m"], ["tcp://127.0.0.1:9"])
+        await plane.register("h2c://127.0.0.1:9001", 3, ["m"], ["tcp://127.0.0.1:9"])
+        assert [w.url for w in plane.workers()] == ["h2c://127.0.0.1:9001"]
+        await plane.deregister("http://127.0.0.1:9001/")
+        assert plane.workers() == [] and plane.subscriber.socket_count() == 0
+    finally:
+        await plane.stop()
