@@ -36,9 +36,16 @@ DEADLINE_MARGIN_S = 0.5
 
 
 class LoadServicer(load_pb2_grpc.LoadServiceServicer):
-    def __init__(self, plane: LoadPlane, *, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        plane: LoadPlane,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._plane = plane
         self._wall = wall_clock
+        self._clock = clock
 
     async def RegisterWorker(
         self, request: load_pb2.RegisterWorkerRequest, context: _Context
@@ -82,6 +89,7 @@ class LoadServicer(load_pb2_grpc.LoadServiceServicer):
             try:
                 slot.clear()
                 delta = hub.full()
+                sent_at = float("-inf")
                 while True:
                     if slot.closed:
                         raise Unavailable("control plane shutting down; reconnect")
@@ -89,10 +97,15 @@ class LoadServicer(load_pb2_grpc.LoadServiceServicer):
                         # No lock is held here: a slow stream only delays its own slot, and
                         # what it sends next is the newest state (SPEC §6: newest wins).
                         yield self._message(delta)
-                        # At most one message per push interval per watcher (SPEC §6).
-                        await asyncio.sleep(interval_s)
+                        sent_at = self._clock()
                     version = delta.version
                     await slot.wait()
+                    # At most one message per push interval per watcher (SPEC §6). The hub
+                    # already publishes at that pace; this only spaces the first delta after
+                    # the full view (sleeping a whole interval here would halve the rate).
+                    wait_s = sent_at + interval_s - self._clock()
+                    if wait_s > 0:
+                        await asyncio.sleep(wait_s)
                     slot.clear()
                     delta = hub.since(version)
             finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import time
 import urllib.request
@@ -395,3 +396,26 @@ async def test_registration_answers_within_the_callers_deadline(fleet: Fleet) ->
             writer.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_watch_messages_are_coalesced_to_the_push_interval(fleet: Fleet) -> None:
+    """Under a stream of changes a watcher gets about one message per push interval, never more."""
+    pub = fleet.pub()
+    await fleet.register(WORKER, [pub.endpoint])
+    await connected(pub, fleet)
+    watcher = Watcher(fleet.stub)
+    await until(lambda: bool(watcher.messages))
+    started = len(watcher.messages)
+    deadline = time.monotonic() + 1.0
+    n = 0
+    while time.monotonic() < deadline:
+        n += 1
+        pub.send(LoadStat(n, 0, 0, 100, 0))
+        await asyncio.sleep(0.002)
+    await until(lambda: watcher.view[WORKER].num_running_reqs == n)
+    deltas = watcher.messages[started:]
+    await watcher.close()
+    stamps = [m.time.ToNanoseconds() / 1e9 for m in deltas]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    assert 10 <= len(deltas) <= 1.0 / 0.020 + 3, len(deltas)  # interval 20 ms; ~n frames sent
+    assert min(gaps) >= 0.015, min(gaps)
