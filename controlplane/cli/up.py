@@ -18,6 +18,8 @@ import contextlib
 import json
 import os
 import re
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -220,8 +222,20 @@ def _seed_contract(channel: grpc.Channel) -> bool:
     return True
 
 
+def _command_name() -> str:
+    """How the operator can call us again: ``fleetplane`` when it is on PATH, else the path used."""
+    argv0 = sys.argv[0]
+    if Path(argv0).name != "fleetplane":
+        return "fleetplane"
+    on_path = shutil.which("fleetplane")
+    if on_path and Path(on_path).resolve() == Path(argv0).resolve():
+        return "fleetplane"
+    return shlex.quote(argv0)
+
+
 def _banner(router: str, control: str, http_port: int, engines: list[str], seeded: bool) -> str:
     cp = f"--control-plane {control}"
+    fp = _command_name()
     body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "Hello!"}]})
     lines = [
         "fleetplane is up",
@@ -232,13 +246,13 @@ def _banner(router: str, control: str, http_port: int, engines: list[str], seede
         "",
         "Try:",
         f"  curl -s {router}/v1/chat/completions -H 'content-type: application/json' -d '{body}'",
-        f"  fleetplane contract list {cp}",
-        f"  fleetplane contract set {cp} --scope '*' '{json.dumps(SEED_CONTRACT)}'",
-        f"  fleetplane contract history {cp} --scope '*'",
-        f"  fleetplane workers list {cp}",
-        f"  fleetplane loads --watch {cp}",
-        f"  fleetplane routers {cp}",
-        f"  fleetplane stats {cp}",
+        f"  {fp} contract list {cp}",
+        f"  {fp} contract set {cp} --scope '*' '{json.dumps(SEED_CONTRACT)}'",
+        f"  {fp} contract history {cp} --scope '*'",
+        f"  {fp} workers list {cp}",
+        f"  {fp} loads --watch {cp}",
+        f"  {fp} routers {cp}",
+        f"  {fp} stats {cp}",
     ]
     if seeded:
         lines.insert(6, f"Seeded the fleet-wide contract '*': {json.dumps(SEED_CONTRACT)}")
