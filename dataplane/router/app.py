@@ -20,7 +20,6 @@ from dataplane.http import HttpServer, ServerLimits, start_server
 from dataplane.router.admission import Admission
 from dataplane.router.balancer import Balancer
 from dataplane.router.control import control_settings, subscription
-from dataplane.router.disconnects import DisconnectSweeper
 from dataplane.router.discovery import DiscoveryError
 from dataplane.router.health import WorkerHealth
 from dataplane.router.late_workers import LateDiscovery, discover_fleet
@@ -50,13 +49,11 @@ class Router:
         self.admission = Admission(settings.max_concurrency, settings.queue_size, settings.queue_timeout_s)
         self.balancer: Balancer[Worker] = Balancer(settings.policy, Worker.load)
         self.metrics = RouterMetrics(self.state, self.admission)
-        self.sweeper = DisconnectSweeper()
         self.proxy = Proxy(
             self.state,
             self.admission,
             self.balancer,
             self.metrics,
-            self.sweeper,
             ProxyConfig(request_timeout_s=settings.request_timeout_s, retry_attempts=settings.retry_attempts),
         )
         self.server: HttpServer | None = None
@@ -86,7 +83,6 @@ class Router:
         """Open the listener; returns the bound port."""
         settings = self.settings
         limits = ServerLimits(max_body_bytes=settings.max_body_bytes)
-        self.sweeper.start()
         self.health.start()
         self.late.start()
         try:
@@ -98,7 +94,6 @@ class Router:
                 reuse_port=os.environ.get(REUSE_PORT_ENV) == "1",
             )
         except OSError as exc:
-            await self.sweeper.stop()
             await self.health.stop()
             await self.late.stop()
             raise StartupError(
@@ -111,7 +106,6 @@ class Router:
         if self.server is not None:
             await self.server.drain(self.settings.drain_grace_s if grace_s is None else grace_s)
             self.server = None
-        await self.sweeper.stop()
         await self.health.stop()
         await self.late.stop()
         await self.state.close()

@@ -28,7 +28,6 @@ from typing import Any
 from dataplane.http import ClientDisconnected, Request, Responder
 from dataplane.router.admission import Admission
 from dataplane.router.balancer import Balancer
-from dataplane.router.disconnects import DisconnectSweeper
 from dataplane.router.endpoints import Endpoints, error_headers
 from dataplane.router.enforce import enforce
 from dataplane.router.errors import (
@@ -85,19 +84,18 @@ class Proxy:
         admission: Admission,
         balancer: Balancer[Worker],
         metrics: RouterMetrics,
-        sweeper: DisconnectSweeper,
         config: ProxyConfig,
     ) -> None:
         self._state = state
         self._admission = admission
         self._balancer = balancer
         self._metrics = metrics
-        self._sweeper = sweeper
         self._config = config
         self._endpoints = Endpoints(state, metrics)
         self._other_stats = metrics.route("/v1/*")
         self._unknown_stats = metrics.route("other")
         self._judged_stats = {path: metrics.route(path.decode()) for path in JUDGED}
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def handle(self, request: Request, responder: Responder) -> Coroutine[Any, Any, None] | None:
         """Answer at once (refusals, GET surface: no task) or return the forwarding coroutine.
@@ -174,19 +172,47 @@ class Proxy:
         responder: Responder,
         target: bytes,
         body: bytes,
-        workers: tuple[Worker, ...],
+        group: tuple[Worker, ...],
         extra: Headers,
         stream: bool,
     ) -> None:
+        """Admission, forwarding and relaying, as the request's task.
+
+        A client that goes away cancels the task at once (``Responder.on_disconnect``, called
+        synchronously by the server): cancellation removes a queued request from the queue,
+        aborts the upstream exchange (h1: connection closed, h2: RST_STREAM), and the ``finally``
+        blocks give back the slot and the in-flight count.
+        """
+        # current_task(loop) skips get_running_loop() (a getpid() syscall per call on 3.11).
+        task = asyncio.current_task(self._loop or self._bind_loop())
+        assert task is not None
+        responder.on_disconnect(task.cancel)
         try:
-            status = await self._admit(request, responder, target, body, workers, extra, stream)
+            slot = self._admission.try_acquire()
+            if slot is None:
+                try:
+                    slot = await self._admission.acquire()
+                except RouterError as err:
+                    slot = None
+                    status = self._error(responder, err, extra)
+            if slot is not None:
+                try:
+                    status = await self._forward(request, responder, target, body, group, extra, stream)
+                finally:
+                    slot.release()
         except asyncio.CancelledError:
             if not responder.disconnected:
                 raise
-            # Cancelled by the disconnect sweeper: nobody to answer; close the answer quietly.
+            # The client went away: nobody to answer; close the answer quietly.
             responder.abort()
             status = CLIENT_CLOSED
+        finally:
+            responder.on_disconnect(None)
         stats.observe(status, perf_counter() - started)
+
+    def _bind_loop(self) -> asyncio.AbstractEventLoop:
+        self._loop = asyncio.get_running_loop()
+        return self._loop
 
     def _group(self, model: str | None) -> tuple[str, tuple[Worker, ...]]:
         workers = self._state.workers
@@ -202,34 +228,7 @@ class Proxy:
             raise ModelNotFound(f"no worker serves the model '{shown}'")
         return model, group
 
-    # -- admission and forwarding -----------------------------------------------------------
-    async def _admit(
-        self,
-        request: Request,
-        responder: Responder,
-        target: bytes,
-        body: bytes,
-        group: Sequence[Worker],
-        extra: Headers,
-        stream: bool,
-    ) -> int:
-        task = asyncio.current_task()
-        assert task is not None
-        self._sweeper.watch(responder, task.cancel)
-        try:
-            slot = self._admission.try_acquire()
-            if slot is None:
-                try:
-                    slot = await self._admission.acquire()
-                except RouterError as err:
-                    return self._error(responder, err, extra)
-            try:
-                return await self._forward(request, responder, target, body, group, extra, stream)
-            finally:
-                slot.release()
-        finally:
-            self._sweeper.unwatch(responder)
-
+    # -- forwarding ------------------------------------------------------------------------
     async def _forward(
         self,
         request: Request,
@@ -279,6 +278,15 @@ class Proxy:
                 worker.inflight -= 1
                 metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
                 raise
+            complete = response.buffered_body()
+            if complete is not None:  # the small-answer fast path: no relay coroutine
+                worker.inflight -= 1
+                responder.respond(
+                    response.status, response.headers + extra if extra else response.headers, complete
+                )
+                worker.record_success()
+                metrics.upstream_outcome(worker.url, worker.protocol, OK)
+                return response.status
             try:
                 return await self._relay(responder, worker, response, extra, stream)
             finally:
@@ -289,12 +297,6 @@ class Proxy:
     ) -> int:
         status = response.status
         headers = response.headers + extra if extra else response.headers
-        body = response.buffered_body()
-        if body is not None:  # the small-answer fast path
-            responder.respond(status, headers, body)
-            worker.record_success()
-            self._metrics.upstream_outcome(worker.url, worker.protocol, OK)
-            return status
         sse = stream or any(n == b"content-type" and v.startswith(_EVENT_STREAM) for n, v in headers)
         chunks = response.chunks()
         try:

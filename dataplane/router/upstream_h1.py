@@ -303,6 +303,9 @@ class H1Pool:
         self._connect_timeout_s = connect_timeout_s
         self._idle: list[_Connection] = []
         self._closed = False
+        # The pool's connections live on one loop: bind it at first use (get_running_loop()
+        # makes a getpid() syscall per call on CPython 3.11).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def request(
         self,
@@ -313,7 +316,9 @@ class H1Pool:
         *,
         timeout_s: float,
     ) -> H1Response:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         now = loop.time()
         deadline = now + timeout_s
         conn = self._checkout(now)
