@@ -177,6 +177,40 @@ async def test_deadline_is_upstream_timeout_and_connection_not_reused() -> None:
         await pool.close()
 
 
+async def test_concurrent_deadlines_each_fire_on_time() -> None:
+    """Exchanges in flight together each time out at their own deadline; fast ones are unaffected."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            _, body = await _read_request(reader)
+            if body.startswith(b"slow"):
+                await asyncio.sleep(5)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    async with Server(script) as server:
+        pool = H1Pool("127.0.0.1", server.port)
+        loop = asyncio.get_running_loop()
+
+        async def timed(body: bytes, timeout_s: float) -> float | bytes:
+            started = loop.time()
+            try:
+                resp = await pool.request(b"POST", b"/", [], body, timeout_s=timeout_s)
+            except UpstreamTimeout:
+                return loop.time() - started
+            return resp.buffered_body() or b""
+
+        # The later deadline is armed first; the earlier one must still fire on time.
+        late = asyncio.create_task(timed(b"slow-late", 1.5))
+        await asyncio.sleep(0.05)
+        early, fast = await asyncio.gather(timed(b"slow-early", 0.2), timed(b"fast", 2))
+        assert fast == b"ok"
+        assert isinstance(early, float) and 0.19 <= early < 1.0
+        waited = await late
+        assert isinstance(waited, float) and 1.49 <= waited < 2.5
+        assert not pool._timed  # nothing left with a deadline once every exchange ended
+        await pool.close()
+
+
 async def test_abort_closes_the_connection() -> None:
     """Aborting a streaming answer (client gone) closes that connection instead of reusing it."""
     closed = asyncio.Event()
