@@ -6,8 +6,10 @@ import http.client
 import json
 import os
 import socket
-import time
 from typing import Any
+
+from bench.loadgen import proc_stat
+from tests.fakes.engine_sim import wait_until
 
 MODEL = "sim-model"
 
@@ -65,29 +67,19 @@ def read_events(resp: Any) -> list[bytes]:
 
 
 def children_of(pid: int) -> list[int]:
-    """Direct children of ``pid`` (from /proc)."""
+    """Direct children of ``pid`` (from /proc), zombies left out."""
     out = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        if int(fields[1]) == pid and fields[0] != b"Z":
+        fields = proc_stat(int(entry)) if entry.isdigit() else None
+        if fields is not None and int(fields[1]) == pid and fields[0] != b"Z":
             out.append(int(entry))
     return out
 
 
 def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2 :].split()[0] != b"Z"
+    """Whether ``pid`` runs (exists and is not a zombie)."""
+    fields = proc_stat(pid)
+    return fields is not None and fields[0] != b"Z"
 
 
 def free_port() -> int:
@@ -97,9 +89,5 @@ def free_port() -> int:
 
 
 def wait_for(predicate: Any, timeout_s: float, interval_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return bool(predicate())
+    """Poll ``predicate()`` until true or the timeout; returns its last truthiness."""
+    return wait_until(predicate, timeout_s, interval_s)
