@@ -38,6 +38,7 @@ SERVER_ERROR_EXIT = 1
 USAGE_ERROR_EXIT = 2
 
 R = TypeVar("R")
+M = TypeVar("M", bound=Message)
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,6 +106,26 @@ class ControlPlaneClient:
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def run_query(
+    args: argparse.Namespace,
+    command: str,
+    fetch: Callable[[ControlPlaneClient], M],
+    render: Callable[[M], str],
+) -> int:
+    """A read-only command: connect, ``fetch`` one answer and print it (JSON or ``render``'s text).
+
+    ``fetch`` makes its calls through ``client.call``; a failure is reported as ``fleetplane
+    {command}: ...`` and its exit code returned.
+    """
+    try:
+        with ControlPlaneClient.from_args(args) as client:
+            response = fetch(client)
+    except CommandError as exc:
+        return exc.report(command)
+    print(message_json(response) if args.output == "json" else render(response))
+    return 0
 
 
 def describe_rpc_error(exc: grpc.RpcError, target: str) -> str:

@@ -9,13 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from controlplane.cli.client import (
-    CommandError,
-    ControlPlaneClient,
-    add_connection_arguments,
-    message_json,
-    table,
-)
+from controlplane.cli.client import ControlPlaneClient, add_connection_arguments, run_query, table
 from controlplane.v1 import router_pb2, router_pb2_grpc
 
 
@@ -61,11 +55,10 @@ def render(response: router_pb2.ListRoutersResponse, now_unix_s: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        with ControlPlaneClient.from_args(args) as client:
-            stub = router_pb2_grpc.RouterServiceStub(client.channel)
-            response = client.call(stub.ListRouters, router_pb2.ListRoutersRequest())
-    except CommandError as exc:
-        return exc.report("routers")
-    print(message_json(response) if args.output == "json" else render(response, time.time()))
-    return 0
+    return run_query(args, "routers", _list_routers, lambda response: render(response, time.time()))
+
+
+def _list_routers(client: ControlPlaneClient) -> router_pb2.ListRoutersResponse:
+    stub = router_pb2_grpc.RouterServiceStub(client.channel)
+    response: router_pb2.ListRoutersResponse = client.call(stub.ListRouters, router_pb2.ListRoutersRequest())
+    return response

@@ -9,13 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from controlplane.cli.client import (
-    CommandError,
-    ControlPlaneClient,
-    add_connection_arguments,
-    message_json,
-    table,
-)
+from controlplane.cli.client import ControlPlaneClient, add_connection_arguments, run_query, table
 from controlplane.v1 import router_pb2, router_pb2_grpc
 
 
@@ -42,11 +36,12 @@ def render(response: router_pb2.GetRejectionStatsResponse) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        with ControlPlaneClient.from_args(args) as client:
-            stub = router_pb2_grpc.RouterServiceStub(client.channel)
-            response = client.call(stub.GetRejectionStats, router_pb2.GetRejectionStatsRequest())
-    except CommandError as exc:
-        return exc.report("stats")
-    print(message_json(response) if args.output == "json" else render(response))
-    return 0
+    return run_query(args, "stats", _rejection_stats, render)
+
+
+def _rejection_stats(client: ControlPlaneClient) -> router_pb2.GetRejectionStatsResponse:
+    stub = router_pb2_grpc.RouterServiceStub(client.channel)
+    response: router_pb2.GetRejectionStatsResponse = client.call(
+        stub.GetRejectionStats, router_pb2.GetRejectionStatsRequest()
+    )
+    return response
