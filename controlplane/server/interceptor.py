@@ -47,63 +47,45 @@ def _metadata_value(details: grpc.HandlerCallDetails, key: str) -> str | None:
     return None
 
 
+def _shape(
+    handler: grpc.RpcMethodHandler[Any, Any],
+) -> tuple[Any, Callable[..., grpc.RpcMethodHandler[Any, Any]], bool]:
+    """The handler's behaviour, the factory of handlers of its shape, and whether it streams answers."""
+    if handler.unary_unary is not None:
+        return handler.unary_unary, grpc.unary_unary_rpc_method_handler, False
+    if handler.unary_stream is not None:
+        return handler.unary_stream, grpc.unary_stream_rpc_method_handler, True
+    if handler.stream_unary is not None:
+        return handler.stream_unary, grpc.stream_unary_rpc_method_handler, False
+    assert handler.stream_stream is not None
+    return handler.stream_stream, grpc.stream_stream_rpc_method_handler, True
+
+
 def _wrap(handler: grpc.RpcMethodHandler[Any, Any], principal: Principal) -> grpc.RpcMethodHandler[Any, Any]:
     """The same handler, with the principal set and errors mapped around its behaviour."""
-    des, ser = handler.request_deserializer, handler.response_serializer
-    if handler.unary_unary is not None:
-        unary_unary: Any = handler.unary_unary
+    behaviour, build, streams = _shape(handler)
 
-        async def uu(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
-            CURRENT_PRINCIPAL.set(principal)
-            try:
-                return await unary_unary(request, context)
-            except Exception as exc:
-                await _abort(context, exc)
-
-        return grpc.unary_unary_rpc_method_handler(uu, des, ser)
-    if handler.unary_stream is not None:
-        unary_stream: Any = handler.unary_stream
-
-        async def us(request: Any, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-            CURRENT_PRINCIPAL.set(principal)
-            try:
-                result = unary_stream(request, context)
-                if inspect.isasyncgen(result):
-                    async for item in result:
-                        yield item
-                else:
-                    await result
-            except Exception as exc:
-                await _abort(context, exc)
-
-        return grpc.unary_stream_rpc_method_handler(us, des, ser)
-    if handler.stream_unary is not None:
-        stream_unary: Any = handler.stream_unary
-
-        async def su(requests: Any, context: aio.ServicerContext[Any, Any]) -> Any:
-            CURRENT_PRINCIPAL.set(principal)
-            try:
-                return await stream_unary(requests, context)
-            except Exception as exc:
-                await _abort(context, exc)
-
-        return grpc.stream_unary_rpc_method_handler(su, des, ser)
-    stream_stream: Any = handler.stream_stream
-    assert stream_stream is not None
-
-    async def ss(requests: Any, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+    # ``request`` is the request message, or the request iterator for client-streaming methods.
+    async def answer(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
         CURRENT_PRINCIPAL.set(principal)
         try:
-            result = stream_stream(requests, context)
+            return await behaviour(request, context)
+        except Exception as exc:
+            await _abort(context, exc)
+
+    async def stream(request: Any, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        CURRENT_PRINCIPAL.set(principal)
+        try:
+            result = behaviour(request, context)
             if inspect.isasyncgen(result):
                 async for item in result:
                     yield item
-            else:
+            else:  # a coroutine that writes with context.write()
                 await result
         except Exception as exc:
             await _abort(context, exc)
 
-    return grpc.stream_stream_rpc_method_handler(ss, des, ser)
+    return build(stream if streams else answer, handler.request_deserializer, handler.response_serializer)
 
 
 def _denied(
@@ -115,14 +97,8 @@ def _denied(
         await context.abort(code, message)
         raise AssertionError("unreachable: abort raises")
 
-    des, ser = handler.request_deserializer, handler.response_serializer
-    if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(deny, des, ser)
-    if handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(deny, des, ser)
-    if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(deny, des, ser)
-    return grpc.stream_stream_rpc_method_handler(deny, des, ser)
+    _, build, _ = _shape(handler)
+    return build(deny, handler.request_deserializer, handler.response_serializer)
 
 
 class ServiceInterceptor(aio.ServerInterceptor):  # type: ignore[type-arg]
