@@ -8,7 +8,7 @@ domain exceptions and are mapped to statuses by the interceptor.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypedDict
 
 import structlog
 from grpc import aio
@@ -50,6 +50,23 @@ def _comment(comment: str) -> str:
             f"comment: at most {MAX_COMMENT_CHARS} characters, got {len(comment)}", field="comment"
         )
     return comment
+
+
+class _ChangeTerms(TypedDict):
+    """The keywords every contract write takes from its request (update, delete, rollback)."""
+
+    expected_version: int | None
+    author: str
+    comment: str
+
+
+def _change_terms(request: Any) -> _ChangeTerms:
+    """The request's checked ``expected_version`` and ``comment``, with the caller as author."""
+    return _ChangeTerms(
+        expected_version=_expected_version(request),
+        author=current_principal().name,
+        comment=_comment(request.comment),
+    )
 
 
 def _page_token(token: str) -> int | None:
@@ -94,10 +111,8 @@ class ContractServicer(contract_pb2_grpc.ContractServiceServicer):
         written = await self._store.update(
             scope,
             contract,
-            expected_version=_expected_version(request),
             allow_missing=request.allow_missing,
-            author=current_principal().name,
-            comment=_comment(request.comment),
+            **_change_terms(request),
         )
         self._changed(written)
         return contract_pb2.UpdateContractResponse(contract=version_to_proto(written))
@@ -105,12 +120,7 @@ class ContractServicer(contract_pb2_grpc.ContractServiceServicer):
     async def DeleteContract(
         self, request: contract_pb2.DeleteContractRequest, context: _Context
     ) -> contract_pb2.DeleteContractResponse:
-        written = await self._store.delete(
-            check_scope(request.scope),
-            expected_version=_expected_version(request),
-            author=current_principal().name,
-            comment=_comment(request.comment),
-        )
+        written = await self._store.delete(check_scope(request.scope), **_change_terms(request))
         self._changed(written)
         return contract_pb2.DeleteContractResponse(contract=version_to_proto(written))
 
@@ -118,11 +128,7 @@ class ContractServicer(contract_pb2_grpc.ContractServiceServicer):
         self, request: contract_pb2.RollbackContractRequest, context: _Context
     ) -> contract_pb2.RollbackContractResponse:
         written = await self._store.rollback(
-            check_scope(request.scope),
-            request.version,
-            expected_version=_expected_version(request),
-            author=current_principal().name,
-            comment=_comment(request.comment),
+            check_scope(request.scope), request.version, **_change_terms(request)
         )
         self._changed(written)
         return contract_pb2.RollbackContractResponse(contract=version_to_proto(written))
