@@ -35,6 +35,13 @@ async def fleetplane(*argv: str) -> tuple[int, str, str]:
     return await asyncio.to_thread(call)
 
 
+async def add_worker(cp: tuple[str, ...], load_endpoint: str) -> None:
+    """``fleetplane workers add WORKER`` over HTTP/1.1 with one explicit load endpoint, model m."""
+    await fleetplane(
+        "workers", "add", WORKER, "--protocol", "http1", "--load-endpoint", load_endpoint, "--model", "m", *cp
+    )
+
+
 async def test_workers_add_list_remove(tmp_path: Path) -> None:
     """add registers with explicit endpoints, list shows it (table and JSON), remove deletes it."""
     async with running_control_plane(tmp_path) as plane:
@@ -71,18 +78,7 @@ async def test_loads_table_shows_freshness_and_kv_bar(tmp_path: Path) -> None:
     try:
         async with running_control_plane(tmp_path) as plane:
             cp = ("--control-plane", str(plane.grpc_address))
-            await fleetplane(
-                "workers",
-                "add",
-                WORKER,
-                "--protocol",
-                "http1",
-                "--load-endpoint",
-                pub.endpoint,
-                "--model",
-                "m",
-                *cp,
-            )
+            await add_worker(cp, pub.endpoint)
             deadline = time.monotonic() + 5
             while True:
                 pub.send(LoadStat(3, 2, 300, 1000, 0))
@@ -103,18 +99,7 @@ async def test_loads_watch_refreshes_until_ctrl_c(tmp_path: Path) -> None:
     """`loads --watch --output json` prints the full view first, then exits 0 on SIGINT."""
     async with running_control_plane(tmp_path) as plane:
         cp = ("--control-plane", str(plane.grpc_address))
-        await fleetplane(
-            "workers",
-            "add",
-            WORKER,
-            "--protocol",
-            "http1",
-            "--load-endpoint",
-            "tcp://127.0.0.1:9",
-            "--model",
-            "m",
-            *cp,
-        )
+        await add_worker(cp, "tcp://127.0.0.1:9")
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "controlplane.cli.main", "loads", "--watch", "--output", "json", *cp,
             cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
