@@ -11,7 +11,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from controlplane.load.subscriber import LoadSubscriber
-from controlplane.load.table import Freshness, LoadTable
+from controlplane.load.table import Freshness, LoadTable, RankState
 from controlplane.load.wire import LoadStat, encode_frame
 from tests.fakes.load_peers import Pub, until
 
@@ -43,6 +43,18 @@ async def connect(pub: Pub, table: LoadTable, url: str = URL) -> None:
         await asyncio.sleep(0.02)
 
 
+async def one_rank_worker(
+    ctx: zmq.Context[zmq.Socket[bytes]], ingest: tuple[LoadTable, LoadSubscriber, list[int]]
+) -> tuple[Pub, RankState]:
+    """A publisher for a one-rank worker at ``URL``, subscribed to and connected."""
+    table, sub, _ = ingest
+    pub = Pub(ctx)
+    (rank,) = table.set_worker(URL, [pub.endpoint])
+    sub.subscribe(URL, [rank], b"load")
+    await connect(pub, table)
+    return pub, rank
+
+
 async def test_frames_reach_the_table(
     ctx: zmq.Context[zmq.Socket[bytes]], ingest: tuple[LoadTable, LoadSubscriber, list[int]]
 ) -> None:
@@ -65,11 +77,7 @@ async def test_garbage_is_counted_and_valid_frames_still_flow(
     ctx: zmq.Context[zmq.Socket[bytes]], ingest: tuple[LoadTable, LoadSubscriber, list[int]]
 ) -> None:
     """Wrong frame count, bad msgpack, wrong tag, short seq and huge frames are counted; good ones pass."""
-    table, sub, _ = ingest
-    pub = Pub(ctx)
-    (rank,) = table.set_worker(URL, [pub.endpoint])
-    sub.subscribe(URL, [rank], b"load")
-    await connect(pub, table)
+    pub, rank = await one_rank_worker(ctx, ingest)
     seq = b"\x00" * 7 + b"\x09"
     garbage = [
         [b"load", seq],
@@ -84,6 +92,7 @@ async def test_garbage_is_counted_and_valid_frames_still_flow(
     pub.send(LoadStat(9, 9, 9, 9, 0))
     await until(lambda: rank.stat is not None and rank.stat.num_running_reqs == 9)
     assert rank.malformed_frames == len(garbage)
+    _, sub, _ = ingest
     assert sub.socket_count(URL) == 1
 
 
@@ -91,11 +100,7 @@ async def test_gap_and_restart_are_counted(
     ctx: zmq.Context[zmq.Socket[bytes]], ingest: tuple[LoadTable, LoadSubscriber, list[int]]
 ) -> None:
     """A skipped sequence range counts as dropped; seq going back to 0 counts a restart."""
-    table, sub, _ = ingest
-    pub = Pub(ctx)
-    (rank,) = table.set_worker(URL, [pub.endpoint])
-    sub.subscribe(URL, [rank], b"load")
-    await connect(pub, table)
+    pub, rank = await one_rank_worker(ctx, ingest)
     pub.send(LoadStat(1, 0, 0, 0, 0), seq=100)
     pub.send(LoadStat(2, 0, 0, 0, 0), seq=105)
     pub.send(LoadStat(3, 0, 0, 0, 0), seq=0)
@@ -129,11 +134,7 @@ async def test_many_frames_are_drained_across_budgets(
     ctx: zmq.Context[zmq.Socket[bytes]], ingest: tuple[LoadTable, LoadSubscriber, list[int]]
 ) -> None:
     """A burst bigger than one drain budget is fully consumed (the edge-triggered FD is re-polled)."""
-    table, sub, _ = ingest
-    pub = Pub(ctx)
-    (rank,) = table.set_worker(URL, [pub.endpoint])
-    sub.subscribe(URL, [rank], b"load")
-    await connect(pub, table)
+    pub, rank = await one_rank_worker(ctx, ingest)
     start = rank.frames_received
     for i in range(100):
         pub.send(LoadStat(i, 0, 0, 0, 0))
