@@ -28,6 +28,7 @@ from typing import cast
 
 import httptools
 
+from dataplane.router.deadlines import Deadlines
 from dataplane.router.errors import RouterError
 from dataplane.router.headers import DROPPED, Headers
 from dataplane.router.upstream import UpstreamBodyIncomplete, UpstreamTimeout, UpstreamUnreachable
@@ -214,7 +215,7 @@ class _Connection(asyncio.Protocol):
         self._head_waiter = waiter
         self.deadline = deadline
         self._timed = True
-        self._pool._watch(self, deadline)
+        self._pool._deadlines.watch(self, self._loop)
         if len(body) <= _COALESCE_BODY_BYTES:
             # One segment: head and body written separately cost a measured 1-3 ms at p90 on
             # loopback (the second small segment waits behind the first's ACK).
@@ -277,7 +278,7 @@ class _Connection(asyncio.Protocol):
     def _cancel_timer(self) -> None:
         if self._timed:
             self._timed = False
-            self._pool._unwatch(self)
+            self._pool._deadlines.unwatch(self)
 
 
 class H1Pool:
@@ -303,13 +304,7 @@ class H1Pool:
         self._connect_timeout_s = connect_timeout_s
         self._idle: list[_Connection] = []
         self._closed = False
-        # Request deadlines: one timer per pool, armed at the earliest deadline of the exchanges
-        # in flight, instead of a timer handle created and cancelled per request (measured
-        # ~5 µs a pair with uvloop). Every request of a pool has the same timeout, so a new
-        # deadline is never the earliest and arming is rare.
-        self._timed: set[_Connection] = set()
-        self._deadline_timer: asyncio.TimerHandle | None = None
-        self._deadline_at = 0.0
+        self._deadlines = Deadlines()  # one timer for the pool, not one per request
         # The pool's connections live on one loop: bind it at first use (get_running_loop()
         # makes a getpid() syscall per call on CPython 3.11).
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -348,7 +343,7 @@ class H1Pool:
 
     async def close(self) -> None:
         self._closed = True
-        # In-flight exchanges keep their deadlines (the timer stays armed while any is timed).
+        self._deadlines.cancel()  # in-flight exchanges keep theirs
         idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
@@ -372,36 +367,6 @@ class H1Pool:
         except (OSError, TimeoutError) as exc:
             raise UpstreamUnreachable() from exc
         return conn
-
-    def _watch(self, conn: _Connection, deadline: float) -> None:
-        self._timed.add(conn)
-        timer = self._deadline_timer
-        if timer is None or deadline < self._deadline_at:
-            if timer is not None:
-                timer.cancel()
-            self._arm(deadline)
-
-    def _unwatch(self, conn: _Connection) -> None:
-        self._timed.discard(conn)
-
-    def _arm(self, at: float) -> None:
-        loop = self._loop
-        assert loop is not None  # bound by the first request, before any deadline exists
-        self._deadline_at = at
-        self._deadline_timer = loop.call_at(at, self._on_deadline)
-
-    def _on_deadline(self) -> None:
-        self._deadline_timer = None
-        timed = self._timed
-        if not timed:
-            return
-        # uvloop's timers have millisecond resolution: an exchange due within 1 ms is due now.
-        assert self._loop is not None
-        due = self._loop.time() + 0.001
-        for conn in [c for c in timed if c.deadline <= due]:
-            conn.on_timeout()  # fails the exchange; its connection leaves ``timed``
-        if timed:
-            self._arm(min(c.deadline for c in timed))
 
     def _release(self, conn: _Connection) -> None:
         if self._closed or len(self._idle) >= self._max_idle:
