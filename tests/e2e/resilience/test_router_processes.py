@@ -21,7 +21,7 @@ def test_graceful_drain_finishes_in_flight_streams() -> None:
     with EngineSim("--decode-tokens-per-s", "40") as sim:
         router = RouterProcess("--processes", "2", "--worker", sim.url).start()
         try:
-            assert wait_for(lambda: len(children_of(router.pid)) == 2, timeout_s=10)
+            assert wait_for(lambda: len(children_of(router.pid)) == 2, timeout_s=30)
             children = children_of(router.pid)
             # Each child must be listening before we count on SO_REUSEPORT spreading connections.
             assert wait_for(lambda: sum("router listening" in line for line in router.output) == 2, 20)
@@ -45,14 +45,14 @@ def test_crashed_child_is_restarted_and_port_keeps_serving() -> None:
     with EngineSim() as sim:
         router = RouterProcess("--processes", "2", "--worker", sim.url).start()
         try:
-            assert wait_for(lambda: len(children_of(router.pid)) == 2, timeout_s=10)
+            assert wait_for(lambda: len(children_of(router.pid)) == 2, timeout_s=30)
             victim = children_of(router.pid)[0]
             os.kill(victim, signal.SIGKILL)
             assert wait_for(
                 lambda: len(children_of(router.pid)) == 2 and victim not in children_of(router.pid),
-                timeout_s=10,
+                timeout_s=30,
             )
-            assert wait_for(lambda: sum("router listening" in line for line in router.output) >= 3, 20)
+            assert wait_for(lambda: sum("router listening" in line for line in router.output) >= 3, 40)
             assert [post_chat(router.port)[0] for _ in range(20)] == [200] * 20
         finally:
             assert router.stop() == 0
