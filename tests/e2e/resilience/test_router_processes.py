@@ -24,7 +24,7 @@ def test_graceful_drain_finishes_in_flight_streams() -> None:
             assert wait_for(lambda: len(children_of(router.pid)) == 2, timeout_s=30)
             children = children_of(router.pid)
             # Each child must be listening before we count on SO_REUSEPORT spreading connections.
-            assert wait_for(lambda: sum("router listening" in line for line in router.output) == 2, 20)
+            assert wait_for(lambda: sum("router listening" in line for line in router.output) == 2, 40)
             streams = [open_stream(router.port, max_tokens=40) for _ in range(6)]  # ~1 s each
             for _, resp in streams:
                 assert resp.status == 200
