@@ -142,6 +142,36 @@ async def test_many_frames_are_drained_across_budgets(
     assert rank.dropped_frames == 0
 
 
+async def test_frames_from_many_sockets_are_accounted_in_few_batches(
+    ctx: zmq.Context[zmq.Socket[bytes]], ingest: tuple[LoadTable, LoadSubscriber, list[int]]
+) -> None:
+    """One frame from each of 40 sockets at once: all accounted, in a few change notifications."""
+    table, sub, wakeups = ingest
+    pubs = [Pub(ctx) for _ in range(40)]
+    ranks = table.set_worker(URL, [p.endpoint for p in pubs])
+    sub.subscribe(URL, ranks, b"load")
+    deadline = time.monotonic() + 5.0
+    while not all(r.frames_received for r in ranks):  # ZMQ's slow joiner drops the first ones
+        assert time.monotonic() < deadline, [r.frames_received for r in ranks]
+        for p in pubs:
+            p.send(LoadStat(0, 0, 0, 0, 0))
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.05)
+    before = [r.frames_received for r in ranks]
+    notified = len(wakeups)
+    for burst in range(5):
+        for p in pubs:
+            p.send(LoadStat(burst, 0, 0, 0, 0))
+        await asyncio.sleep(0.01)
+    await until(lambda: all(r.frames_received - b == 5 for r, b in zip(ranks, before, strict=True)))
+    assert all(r.stat is not None and r.stat.num_running_reqs == 4 for r in ranks)
+    assert all(r.dropped_frames == 0 for r in ranks)
+    # 200 frames on 40 connections: coalesced wakeups, not one per frame.
+    assert len(wakeups) - notified < 40
+    for p in pubs:
+        p.close()
+
+
 async def test_ipv6_literal_and_localhost_endpoints_connect(
     ctx: zmq.Context[zmq.Socket[bytes]], ingest: tuple[LoadTable, LoadSubscriber, list[int]]
 ) -> None:
