@@ -58,18 +58,24 @@ class WorkerLoadEncoder:
 
     def __init__(self, stale_after_s: float) -> None:
         self._stale_after_s = stale_after_s
-        self._messages: dict[str, load_pb2.WorkerLoad] = {}
+        # Each message with the rank list it was built for: the table replaces a worker's list
+        # on every (re)registration and never edits one, so the same list object means the
+        # same endpoints (an identity check: comparing endpoints per encode was a quarter of
+        # the push cost at N = 1000, bench/README.md).
+        self._messages: dict[str, tuple[load_pb2.WorkerLoad, Sequence[RankState]]] = {}
 
     def forget(self, url: str) -> None:
         self._messages.pop(url, None)
 
     def encode(self, url: str, ranks: Sequence[RankState], now: float) -> bytes:
-        msg = self._messages.get(url)
-        if msg is None or [m.endpoint for m in msg.ranks] != [r.endpoint for r in ranks]:
+        entry = self._messages.get(url)
+        if entry is not None and entry[1] is ranks:
+            msg = entry[0]
+        else:
             msg = load_pb2.WorkerLoad(url=url)
             for r in ranks:
                 msg.ranks.add(dp_rank=r.dp_rank, endpoint=r.endpoint)
-            self._messages[url] = msg
+            self._messages[url] = (msg, ranks)
         deadline = now - self._stale_after_s
         running = waiting = tokens = capacity = 0
         oldest = 0.0

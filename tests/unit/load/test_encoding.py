@@ -43,6 +43,17 @@ def test_reused_message_does_not_keep_values_of_a_previous_registration() -> Non
     assert again.freshness == load_pb2.FRESHNESS_UNKNOWN
 
 
+def test_changed_endpoints_are_encoded_after_re_registration() -> None:
+    """A worker re-registered with other or more endpoints is encoded with the new ranks."""
+    table = LoadTable(stale_after_s=1.0)
+    encoder = WorkerLoadEncoder(stale_after_s=1.0)
+    table.set_worker(URL, ["tcp://h:1"])
+    encoder.encode(URL, table.rank_states(URL) or [], 0.0)
+    table.set_worker(URL, ["tcp://h:5", "tcp://h:6"])
+    again = load_pb2.WorkerLoad.FromString(encoder.encode(URL, table.rank_states(URL) or [], 0.0))
+    assert [(r.dp_rank, r.endpoint) for r in again.ranks] == [(0, "tcp://h:5"), (1, "tcp://h:6")]
+
+
 @given(
     full=st.booleans(),
     running=st.lists(st.integers(min_value=0, max_value=2**40), max_size=5),
