@@ -3,14 +3,15 @@
 Every socket's ``ZMQ_FD`` is registered in one selector (epoll on Linux) of our own, and
 only that selector's FD is watched by the event loop. Wakeups are coalesced: when it
 signals, the loop stops watching it for ``COALESCE_S`` and then drains, in one callback,
-every socket that became ready meanwhile. At a thousand sockets each frame arrives alone
-on its own connection, so draining on every signal cost one event-loop wakeup per frame
-(20 000/s, ~0.6 core); a batch per window costs a few hundred wakeups a second and adds
-at most ``COALESCE_S`` of latency (``bench/load_ingest.py``, bench/README.md).
+every socket that became ready meanwhile, within a per-batch budget. At a thousand sockets
+each frame arrives alone on its own connection; this turns 20 000 reader callbacks a second
+into a few hundred bounded ones, so the push timer fires closer to on time. It did not
+lower CPU per frame when the process had CPU to spare: that is the per-socket libzmq calls
+below (``bench/load_ingest.py``, bench/README.md).
 
 The FD is edge-triggered (libzmq signals "something changed", not "readable"), so a
 socket's drain always runs until nothing is left; one that stops early (the per-socket
-budget, for fairness) stays in a backlog drained in the next batch.
+budget, for fairness) goes to the back of the queue and is drained in a later batch.
 
 Frames are decoded with the shared codec and accounted in the pure ``LoadTable``;
 malformed ones are counted and dropped, logged once per episode: the ingest never dies on
