@@ -15,10 +15,11 @@ from typing import cast
 
 import httptools
 
+from dataplane.http.backpressure import WriteBackpressure
 from dataplane.http.context import ServerContext, close_idle, set_nodelay, still_draining
 from dataplane.http.http1_responder import DONE, H1Responder
 from dataplane.http.http2 import Http2Connection
-from dataplane.http.request import ClientDisconnected, Request, dispatch
+from dataplane.http.request import Request, dispatch
 from dataplane.http.wire import (
     CONTINUE_100,
     HEADERS_TOO_LARGE,
@@ -35,10 +36,11 @@ class _Stop(Exception):
     """Raised inside a parser callback to stop parsing; the reason is in ``_error``."""
 
 
-class Http1Connection(asyncio.Protocol):
+class Http1Connection(WriteBackpressure):
     """One HTTP/1.1 client connection (and the protocol detector of every new connection)."""
 
     def __init__(self, ctx: ServerContext) -> None:
+        super().__init__()
         self._ctx = ctx
         self._loop = ctx.loop
         self._limits = ctx.limits
@@ -69,8 +71,6 @@ class Http1Connection(asyncio.Protocol):
         self._discarding = False  # the parser is done; input is dropped
         self._lingering = False
         self._reading_paused = False
-        self._write_paused = False
-        self._drain_waiters: list[asyncio.Future[None]] = []
         self._deadline = 0.0
         self._stuck_size = 0
         self._lost = False
@@ -124,13 +124,6 @@ class Http1Connection(asyncio.Protocol):
         queue, self._queue = self._queue, deque()
         for resp in queue:
             resp._mark_disconnected()
-        self._wake_writers()
-
-    def pause_writing(self) -> None:
-        self._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
         self._wake_writers()
 
     # -- httptools callbacks ------------------------------------------------------------------
@@ -340,25 +333,6 @@ class Http1Connection(asyncio.Protocol):
                 transport.resume_reading()
         else:
             transport.close()
-
-    async def _wait_writable(self) -> None:
-        fut = self._loop.create_future()
-        self._drain_waiters.append(fut)
-        try:
-            await asyncio.wait_for(fut, self._limits.write_timeout_s)
-        except TimeoutError:
-            # The client stopped reading: it must not hold the connection (and its handler) forever.
-            self.kill()
-            raise ClientDisconnected from None
-
-    def _wake_writers(self) -> None:
-        waiters, self._drain_waiters = self._drain_waiters, []
-        for fut in waiters:
-            if not fut.done():
-                if self._lost:
-                    fut.set_exception(ClientDisconnected())
-                else:
-                    fut.set_result(None)
 
     # -- Connection (server side) --------------------------------------------------------------
 

@@ -28,9 +28,10 @@ from h2.exceptions import H2Error, ProtocolError
 from h2.settings import SettingCodes, Settings
 from hyperframe.frame import GoAwayFrame
 
+from dataplane.http.backpressure import WriteBackpressure
 from dataplane.http.context import ServerContext, close_idle, set_nodelay, still_draining
 from dataplane.http.http2_responder import H2Responder
-from dataplane.http.request import ClientDisconnected, Request, dispatch
+from dataplane.http.request import Request, dispatch
 from dataplane.http.wire import TIMED_OUT, TOO_LARGE, Headers
 
 _RESET_ALLOWANCE = 100  # client resets tolerated before the answered/reset ratio is enforced
@@ -46,10 +47,11 @@ _CONFIG = H2Configuration(
 )
 
 
-class Http2Connection(asyncio.Protocol):
+class Http2Connection(WriteBackpressure):
     """One h2c client connection; a stream is one request, answered by an ``H2Responder``."""
 
     def __init__(self, ctx: ServerContext) -> None:
+        super().__init__()
         self._ctx = ctx
         self._loop = ctx.loop
         self._limits = ctx.limits
@@ -59,8 +61,6 @@ class Http2Connection(asyncio.Protocol):
         self._streams: dict[int, H2Responder] = {}
         self._blocked: dict[int, H2Responder] = {}  # answers waiting for window
         self._flush_scheduled = False
-        self._write_paused = False
-        self._drain_waiters: list[asyncio.Future[None]] = []
         self._deadline = 0.0
         self._last_stream_id = 0
         self._goaway_sent = False
@@ -136,13 +136,6 @@ class Http2Connection(asyncio.Protocol):
         self._blocked = {}
         for resp in streams.values():
             resp._mark_disconnected()
-        self._wake_writers()
-
-    def pause_writing(self) -> None:
-        self._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
         self._wake_writers()
 
     # -- events ---------------------------------------------------------------------------------
@@ -367,25 +360,6 @@ class Http2Connection(asyncio.Protocol):
         if self._transport is not None and not self._transport.is_closing():
             self._flush()
             self._transport.close()
-
-    async def _wait_writable(self) -> None:
-        fut = self._loop.create_future()
-        self._drain_waiters.append(fut)
-        try:
-            await asyncio.wait_for(fut, self._limits.write_timeout_s)
-        except TimeoutError:
-            # The client stopped reading the connection: abort it rather than wait forever.
-            self.kill()
-            raise ClientDisconnected from None
-
-    def _wake_writers(self) -> None:
-        waiters, self._drain_waiters = self._drain_waiters, []
-        for fut in waiters:
-            if not fut.done():
-                if self._lost:
-                    fut.set_exception(ClientDisconnected())
-                else:
-                    fut.set_result(None)
 
     # -- Connection (server side) --------------------------------------------------------------
 
