@@ -66,6 +66,9 @@ CLIENT_CLOSED = 499  # nginx's status for "client went away"; only ever a metric
 _EVENT_STREAM = b"text/event-stream"
 _MAX_MODEL_IN_MESSAGE = 200
 _NONE: Headers = []  # no extra headers (never mutated)
+# RFC 9110 §15.5.6: a 405 names the methods the resource supports.
+_ALLOW_POST: Headers = [(b"allow", b"POST")]
+_ALLOW_GET: Headers = [(b"allow", b"GET, HEAD")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +113,7 @@ class Proxy:
         if generate is not None:
             stats = self._judged_stats[path]
             if method != b"POST":
-                status = self._error(responder, MethodNotAllowed(), _NONE)
+                status = self._error(responder, MethodNotAllowed(), _ALLOW_POST)
             else:
                 judged = self._judge(request, responder, generate)
                 if isinstance(judged, int):
@@ -120,7 +123,9 @@ class Proxy:
                     return self._run(
                         stats, started, request, responder, path + query, body, group, extra, stream
                     )
-        elif method == b"GET" and (endpoint := self._endpoints.get(path)) is not None:
+        elif (endpoint := self._endpoints.get(path)) is not None and (
+            method == b"GET" or method == b"HEAD"  # HEAD: the server sends the head only
+        ):
             stats, answer = endpoint
             status = answer(responder)
         elif method == b"POST" and path.startswith(b"/v1/"):
@@ -133,6 +138,9 @@ class Proxy:
                 return self._run(
                     stats, started, request, responder, request.path, request.body, group, _NONE, False
                 )
+        elif endpoint is not None:  # a GET endpoint asked with another method
+            stats = endpoint[0]
+            status = self._error(responder, MethodNotAllowed(), _ALLOW_GET)
         else:
             stats = self._unknown_stats
             status = self._error(responder, RouteNotFound(), _NONE)

@@ -1,0 +1,130 @@
+"""Shared processes and raw-socket helpers for the black-box audit of the router (SPEC §1–§5, §8).
+
+The audit drives real ``fleetplane router`` / ``engine-sim`` processes the way an outside test
+suite would: raw HTTP/1.1 bytes on a socket, an h2c prior-knowledge client, the openai client.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import pytest
+
+from tests.fakes.engine_sim import EngineSim
+from tests.fakes.router import RouterProcess
+
+MODEL = "audit-model"
+CONTRACT = json.dumps(
+    {"temperature": 0.5, "top_p": {"min": 0.1, "max": 0.9, "default": 0.8}, "top_k": {"min": 1, "max": 50}, "n": 1}
+)
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[EngineSim]:
+    """One HTTP/1.1 engine-sim serving ``MODEL``."""
+    with EngineSim("--model", MODEL) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def router(sim: EngineSim) -> Iterator[RouterProcess]:
+    """A standalone router in front of ``sim`` with ``CONTRACT`` under reject."""
+    with RouterProcess("--worker", sim.url, "--override-sampling-params", CONTRACT) as r:
+        yield r
+
+
+class Answer:
+    """One parsed HTTP/1.1 answer: status, lower-cased headers, body."""
+
+    def __init__(self, raw: bytes) -> None:
+        head, _, self.body = raw.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        self.status_line = lines[0].decode()
+        self.status = int(lines[0].split()[1])
+        self.headers = {
+            k.strip().lower().decode(): v.strip().decode()
+            for k, _, v in (line.partition(b":") for line in lines[1:])
+        }
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def error_code(self) -> str | None:
+        return self.headers.get("x-router-error-code")
+
+
+def exchange(r: RouterProcess, data: bytes, timeout_s: float = 10.0) -> bytes:
+    """Send raw bytes on a fresh connection and read until the router closes it."""
+    with socket.create_connection((r.host, r.port), timeout=timeout_s) as sock:
+        sock.sendall(data)
+        out = bytearray()
+        while chunk := sock.recv(65536):
+            out += chunk
+        return bytes(out)
+
+
+def request(
+    r: RouterProcess, method: str, path: str, body: bytes | None = None, headers: str = ""
+) -> Answer:
+    """One HTTP/1.1 request (``Connection: close``) as raw bytes; the parsed answer."""
+    head = f"{method} {path} HTTP/1.1\r\nHost: router\r\nConnection: close\r\n{headers}"
+    if body is not None:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    return Answer(exchange(r, head.encode() + b"\r\n" + (body or b"")))
+
+
+def envelope(answer: Answer) -> dict[str, Any]:
+    """The SPEC §5 error object, after checking the envelope's shape, type and header."""
+    doc = answer.json()
+    assert set(doc) == {"error"}
+    err: dict[str, Any] = doc["error"]
+    assert set(err) <= {"type", "code", "message", "param"}
+    assert err["type"] == ("invalid_request_error" if answer.status < 500 else "server_error")
+    assert answer.error_code == err["code"]
+    return err
+
+
+def engine_read(answer: Answer) -> dict[str, Any]:
+    """The eight sampling values the engine read (engine-sim's ``x-sim-sampling-params``)."""
+    return json.loads(answer.headers["x-sim-sampling-params"])  # type: ignore[no-any-return]
+
+
+def h2c_requests(
+    r: RouterProcess, requests: list[tuple[str, str, bytes | None]]
+) -> list[tuple[dict[str, str], bytes]]:
+    """Each (method, path, body) as its own stream on one h2c prior-knowledge connection."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    with socket.create_connection((r.host, r.port), timeout=10) as sock:
+        streams: dict[int, tuple[dict[str, str], bytearray]] = {}
+        for method, path, body in requests:
+            sid = conn.get_next_available_stream_id()
+            fields = [(":method", method), (":path", path), (":scheme", "http"), (":authority", "r")]
+            if body is not None:
+                fields.append(("content-length", str(len(body))))
+            conn.send_headers(sid, fields, end_stream=body is None)
+            if body is not None:
+                conn.send_data(sid, body, end_stream=True)
+            streams[sid] = ({}, bytearray())
+        sock.sendall(conn.data_to_send())
+        done: set[int] = set()
+        while len(done) < len(streams):
+            data = sock.recv(65536)
+            assert data, "connection closed early"
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived):
+                    streams[event.stream_id][0].update({k.decode(): v.decode() for k, v in event.headers})
+                elif isinstance(event, h2.events.DataReceived):
+                    streams[event.stream_id][1].extend(event.data)
+                    conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
+                    done.add(event.stream_id)
+            sock.sendall(conn.data_to_send())
+        return [(headers, bytes(body)) for headers, body in streams.values()]

@@ -1,0 +1,62 @@
+"""Methods on the router's endpoints (SPEC §5; RFC 9110 §9.3.2 HEAD, §15.5.6 405 + Allow)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.audit.conftest import envelope, h2c_requests, request
+from tests.fakes.router import RouterProcess
+
+GET_PATHS = ["/health", "/readiness", "/v1/models", "/contract"]
+
+
+@pytest.mark.parametrize("path", GET_PATHS)
+def test_head_answers_like_get_without_a_body(router: RouterProcess, path: str) -> None:
+    """HEAD on a GET endpoint is 200 with GET's headers (content-length included) and no body."""
+    got = request(router, "GET", path)
+    head = request(router, "HEAD", path)
+    assert head.status == got.status == 200
+    assert head.body == b""
+    assert head.headers["content-length"] == str(len(got.body))
+    assert head.headers["content-type"] == got.headers["content-type"]
+
+
+def test_head_over_h2c(router: RouterProcess) -> None:
+    """HEAD /health over h2c prior knowledge is 200 with an empty body."""
+    [(headers, body)] = h2c_requests(router, [("HEAD", "/health", None)])
+    assert headers[":status"] == "200"
+    assert body == b""
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE", "HEAD"])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/generate"])
+def test_judged_endpoint_with_another_method_is_405_allow_post(
+    router: RouterProcess, method: str, path: str
+) -> None:
+    """A judged endpoint asked with a method other than POST is 405 naming POST in Allow."""
+    answer = request(router, method, path)
+    assert answer.status == 405
+    assert answer.headers["allow"] == "POST"
+    if method != "HEAD":
+        assert envelope(answer)["code"] == "method_not_allowed"
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
+@pytest.mark.parametrize("path", ["/health", "/readiness", "/metrics", "/contract"])
+def test_get_endpoint_with_another_method_is_405_allow_get(
+    router: RouterProcess, method: str, path: str
+) -> None:
+    """A GET endpoint asked with another method is 405 naming GET and HEAD in Allow."""
+    answer = request(router, method, path, body=b"{}")
+    assert answer.status == 405
+    assert answer.headers["allow"] == "GET, HEAD"
+    assert envelope(answer)["code"] == "method_not_allowed"
+
+
+def test_unknown_path_is_404_in_the_envelope(router: RouterProcess) -> None:
+    """A path the router does not serve is 404 with the error envelope, for any method."""
+    for method in ("GET", "POST", "HEAD"):
+        answer = request(router, method, "/nope", body=b"{}")
+        assert answer.status == 404
+        if method != "HEAD":
+            assert envelope(answer)["code"] == "not_found"
