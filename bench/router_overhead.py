@@ -1,6 +1,7 @@
 """What the fleetplane router adds over talking to engine-sim directly (issue 6 benchmark).
 
     python bench/router_overhead.py [--duration-s 2] [--repeats 3] [--connections 16]
+        [--modes both|non-streaming|streaming]
 
 One run, same machine, same engine-sim: each load goes to (a) engine-sim directly and (b) the
 router in front of it (one HTTP/1.1 worker, a contract that injects two fields on every request:
@@ -141,6 +142,12 @@ def main() -> int:
     parser.add_argument("--duration-s", type=float, default=2.0)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--modes",
+        choices=("both", "non-streaming", "streaming"),
+        default="both",
+        help="measure only one answer mode (shorter A/B runs)",
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("wrk not found: install it with `apt-get install -y wrk`", file=sys.stderr)
@@ -175,7 +182,8 @@ def main() -> int:
     )
     rows = []
     try:
-        for stream in (False, True):
+        streams = {"both": (False, True), "non-streaming": (False,), "streaming": (True,)}[args.modes]
+        for stream in streams:
             body = chat_body(MODEL, stream=stream, size=1024, max_tokens=16)
             for conns in (1, args.connections):
                 # warm both paths (connections, pools, caches) before measuring

@@ -7,9 +7,13 @@ policy in the entry point, not here). Every accepted socket gets TCP_NODELAY.
 API (stable)::
 
     async def handler(req: Request, resp: Responder) -> None: ...   # run as a task
-    def handler(req: Request, resp: Responder) -> Awaitable[None] | None: ...
+    def handler(req: Request, resp: Responder) -> Awaitable[None] | Deferred | None: ...
         # a plain function that answers at once and returns None costs no task; one that
-        # returns an awaitable (e.g. a coroutine it made) has it run as a task
+        # returns an awaitable (e.g. a coroutine it made) has it run as a task; one that
+        # returns DEFERRED finishes the answer later from callbacks it arranged (no task:
+        # the router's forwarding path), owning the answer, its disconnect handling and its
+        # bugs (answer_internal_error); spawn(loop, awaitable, req, resp) hands the rest of
+        # such an answer to a guarded task
     server = await start_server(handler, "127.0.0.1", 0, limits=ServerLimits(), reuse_port=False, sock=None)
     server.port; server.connection_count
     server.close()                 # stop accepting
@@ -61,15 +65,28 @@ do not arrive within ``read_timeout_s``. HTTP/1.1 connections close after such a
 from __future__ import annotations
 
 from dataplane.http.limits import ServerLimits
-from dataplane.http.request import ClientDisconnected, Handler, Request, Responder
+from dataplane.http.request import (
+    DEFERRED,
+    ClientDisconnected,
+    Deferred,
+    Handler,
+    Request,
+    Responder,
+    answer_internal_error,
+    spawn,
+)
 from dataplane.http.server import HttpServer, start_server
 
 __all__ = [
+    "DEFERRED",
     "ClientDisconnected",
+    "Deferred",
     "Handler",
     "HttpServer",
     "Request",
     "Responder",
     "ServerLimits",
+    "answer_internal_error",
+    "spawn",
     "start_server",
 ]

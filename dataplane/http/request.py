@@ -7,6 +7,7 @@ never knows which protocol carried the request except through ``Request.http2``.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -141,10 +142,26 @@ def _call(callback: Callable[[], object]) -> None:
         _log.exception("disconnect callback failed")
 
 
+class Deferred(enum.Enum):
+    """What a handler returns when its answer will be finished later by callbacks it arranged
+    (e.g. the upstream connection's ``data_received``), with no task at all.
+
+    Such a handler owns its answer completely: it must ``respond``/``end``/``abort`` it
+    eventually, watch for the client leaving through ``Responder.on_disconnect``, and guard its
+    callbacks (``answer_internal_error`` for a bug). ``spawn`` hands the rest of the answer to a
+    task with the same safety net as a coroutine handler.
+    """
+
+    DEFERRED = "deferred"
+
+
+DEFERRED = Deferred.DEFERRED
+
 # A handler either answers synchronously and returns None (no task is created: the cheapest
-# path, e.g. for refusals and health checks), or returns an awaitable (usually: it is an
-# ``async def``) that the server runs as a task.
-Handler = Callable[[Request, Responder], Awaitable[None] | None]
+# path, e.g. for refusals and health checks), returns ``DEFERRED`` (it answers later from
+# callbacks: no task either), or returns an awaitable (usually: it is an ``async def``) that the
+# server runs as a task.
+Handler = Callable[[Request, Responder], Awaitable[None] | Deferred | None]
 
 
 def dispatch(
@@ -155,13 +172,22 @@ def dispatch(
         pending = handler(request, responder)
     except Exception:
         _log.exception("http handler failed for %r", request)
-        _answer_internal_error(responder)
+        answer_internal_error(responder)
         return None
     if pending is None:
         if not responder.finished:
             _log.error("http handler returned without finishing its answer for %r", request)
-            _answer_internal_error(responder)
+            answer_internal_error(responder)
         return None
+    if pending is DEFERRED:
+        return None
+    return loop.create_task(_finish(pending, request, responder))
+
+
+def spawn(
+    loop: asyncio.AbstractEventLoop, pending: Awaitable[None], request: Request, responder: Responder
+) -> asyncio.Task[None]:
+    """Run the rest of a deferred handler's answer as a task, guarded like a coroutine handler."""
     return loop.create_task(_finish(pending, request, responder))
 
 
@@ -179,14 +205,15 @@ async def _finish(pending: Awaitable[None], request: Request, responder: Respond
         raise
     except Exception:
         _log.exception("http handler failed for %r", request)
-        _answer_internal_error(responder)
+        answer_internal_error(responder)
     else:
         if not responder.finished:
             _log.error("http handler returned without finishing its answer for %r", request)
-            _answer_internal_error(responder)
+            answer_internal_error(responder)
 
 
-def _answer_internal_error(responder: Responder) -> None:
+def answer_internal_error(responder: Responder) -> None:
+    """A handler bug: 500 with the SPEC §5 envelope if nothing was sent yet, else abort."""
     if responder.finished:
         return
     if responder.started:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from dataplane.http import ClientDisconnected, Request, Responder
+from dataplane.http import DEFERRED, ClientDisconnected, Deferred, Request, Responder, spawn
 from tests.integration.http.conftest import get, h1_open, post, serving
 
 TEXT = [(b"content-type", b"text/plain")]
@@ -46,6 +46,41 @@ async def test_sync_handler_answers_without_awaiting() -> None:
         wr.write(get() + get())
         assert (await rd.read()).body == b"hi"
         assert (await rd.read()).body == b"hi"
+        wr.close()
+
+
+async def test_deferred_handler_answers_later_from_a_callback() -> None:
+    """A handler returning DEFERRED is answered when its callback runs, in request order."""
+
+    def later(req: Request, resp: Responder) -> Deferred:
+        delay = 0.1 if req.path == b"/slow" else 0.0
+        asyncio.get_running_loop().call_later(delay, resp.respond, 200, TEXT, req.path)
+        return DEFERRED
+
+    async with serving(later) as server:
+        rd, wr = await h1_open(server.port)
+        wr.write(get("/slow") + get("/fast"))
+        assert (await rd.read()).body == b"/slow"
+        assert (await rd.read()).body == b"/fast"
+        wr.close()
+
+
+async def test_spawned_rest_of_a_deferred_answer_that_raises_answers_500() -> None:
+    """A deferred handler's task (``spawn``) that raises gets the 500 envelope, like a coroutine handler."""
+
+    async def broken() -> None:
+        raise RuntimeError("bug")
+
+    def deferred(req: Request, resp: Responder) -> Deferred:
+        spawn(asyncio.get_running_loop(), broken(), req, resp)
+        return DEFERRED
+
+    async with serving(deferred) as server:
+        rd, wr = await h1_open(server.port)
+        wr.write(get())
+        answer = await rd.read()
+        assert answer.status == 500
+        assert answer.header(b"x-router-error-code") == b"internal_error"
         wr.close()
 
 
