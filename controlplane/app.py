@@ -30,7 +30,7 @@ from controlplane.server.interceptor import ServiceInterceptor
 from controlplane.server.load_service import load_component
 from controlplane.server.router_service import router_component
 from controlplane.settings import Address, ControlSettings, SettingsError
-from controlplane.store import SqliteStore
+from controlplane.store.backend import describe, make_store, open_tables
 
 log = structlog.get_logger("controlplane.app")
 
@@ -74,7 +74,7 @@ class ControlPlane:
     def __init__(self, settings: ControlSettings, components: Sequence[ComponentFactory] = COMPONENTS):
         self.settings = settings
         self._factories = tuple(components)
-        self.store = SqliteStore(settings.store_path)
+        self.store = make_store(settings.store)
         self.contracts = ContractViews(self.store)
         self._components: list[Component] = []
         self._server: aio.Server | None = None
@@ -100,9 +100,12 @@ class ControlPlane:
         self._store_open = True  # close() also releases the database thread after a failed open
         try:
             await self.store.open()
+            tables = await open_tables(self.store)
         except Exception as exc:
-            raise SettingsError(f"--store sqlite:{settings.store_path}: {exc}") from exc
-        ctx = AppContext(settings, self.store, self.store.database, self.contracts)
+            raise SettingsError(f"--store {describe(settings.store)}: {exc}") from exc
+        ctx = AppContext(
+            settings, self.store, tables.database, self.contracts, tables.workers, tables.router_stats
+        )
         self._components = [await factory(ctx) for factory in self._factories]
 
         server = aio.server(interceptors=[ServiceInterceptor(tokens)], options=SERVER_OPTIONS)
@@ -149,7 +152,7 @@ class ControlPlane:
             "control_plane_started",
             listen=str(self.grpc_address),
             http=str(self.http_address) if self.http_address else None,
-            store=str(settings.store_path),
+            store=describe(settings.store),
             revision=self.store.snapshot().revision,
             auth=tokens is not None,
             tls=settings.tls is not None,

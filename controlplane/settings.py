@@ -47,8 +47,29 @@ def parse_address(flag: str, value: str) -> Address:
     return Address(host, int(port_text))
 
 
-def parse_store(value: str) -> Path:
-    """``sqlite:PATH`` -> PATH. ``etcd://`` is part of SPEC §1 but not built yet."""
+DEFAULT_ETCD_PREFIX = "fleetplane"
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdLocation:
+    """``etcd://HOST:PORT[,HOST:PORT...][/PREFIX]``: the cluster's client endpoints and a key prefix.
+
+    Several control planes given the same endpoints and prefix share one store (SPEC §6); two
+    prefixes on one cluster never see each other's keys.
+    """
+
+    endpoints: tuple[Address, ...]
+    prefix: str = DEFAULT_ETCD_PREFIX
+
+    def __str__(self) -> str:
+        return f"etcd://{','.join(str(e) for e in self.endpoints)}/{self.prefix}"
+
+
+StoreLocation = Path | EtcdLocation
+
+
+def parse_store(value: str) -> StoreLocation:
+    """``sqlite:PATH`` -> PATH; ``etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`` -> ``EtcdLocation``."""
     if value.startswith("sqlite:"):
         path = value[len("sqlite:") :]
         if not path:
@@ -57,10 +78,29 @@ def parse_store(value: str) -> Path:
             )
         return Path(path)
     if value.startswith("etcd://"):
-        raise SettingsError(
-            f"--store {value!r}: the etcd store is not supported by this build; use sqlite:PATH"
-        )
-    raise SettingsError(f"--store {value!r}: expected sqlite:PATH")
+        return _parse_etcd(value)
+    raise SettingsError(
+        f"--store {value!r}: expected sqlite:PATH or etcd://HOST:PORT[,HOST:PORT...][/PREFIX]"
+    )
+
+
+def _parse_etcd(value: str) -> EtcdLocation:
+    hosts, _, prefix = value[len("etcd://") :].partition("/")
+    prefix = prefix.strip("/") or DEFAULT_ETCD_PREFIX
+    if not prefix.isprintable() or any(c.isspace() for c in prefix):
+        raise SettingsError(f"--store {value!r}: the prefix must be printable without whitespace")
+    endpoints: list[Address] = []
+    for host in hosts.split(","):
+        try:
+            endpoints.append(parse_address("--store", host))
+        except SettingsError:
+            raise SettingsError(
+                f"--store {value!r}: expected etcd://HOST:PORT[,HOST:PORT...][/PREFIX], "
+                f"e.g. etcd://127.0.0.1:2379/fleetplane"
+            ) from None
+        if endpoints[-1].port == 0:
+            raise SettingsError(f"--store {value!r}: an etcd endpoint needs a port other than 0")
+    return EtcdLocation(tuple(endpoints), prefix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +113,7 @@ class TlsFiles:
 @dataclass(frozen=True, slots=True)
 class ControlSettings:
     listen: Address
-    store_path: Path
+    store: StoreLocation
     auth_tokens: Path | None = None
     tls: TlsFiles | None = None
     http_listen: Address | None = None  # None: no HTTP listener
@@ -117,7 +157,7 @@ class ControlSettings:
             raise SettingsError(f"--load-push-interval-ms {load_push_interval_ms}: must be >= 1")
         return ControlSettings(
             listen=address,
-            store_path=parse_store(store),
+            store=parse_store(store),
             auth_tokens=Path(auth_tokens) if auth_tokens else None,
             tls=tls,
             http_listen=http,

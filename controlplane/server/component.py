@@ -1,6 +1,6 @@
 """How a service plugs into the control plane (``controlplane.app`` composes these).
 
-A component factory receives the ``AppContext`` (settings, store, database, contract views) and
+A component factory receives the ``AppContext`` (settings, stores, contract views) and
 returns a ``Component``: the gRPC services it serves, the background tasks the app owns for it
 (started after the server starts, cancelled on stop), the HTML sections it adds to the status
 page, and hooks run at the start of shutdown (to end its streams). Adding a service is one line
@@ -17,6 +17,8 @@ from grpc import aio
 
 from controlplane.settings import ControlSettings
 from controlplane.store import SqliteDatabase, Store
+from controlplane.store.routers import RouterStatsStore
+from controlplane.store.workers import WorkerRegistry
 
 if TYPE_CHECKING:
     from controlplane.server.contract_views import ContractViews
@@ -48,12 +50,15 @@ class Component:
 
 @dataclass(frozen=True, slots=True)
 class AppContext:
-    """What components may use. ``database`` is the SQLite file of the store (None on etcd)."""
+    """What components may use. ``database`` is the SQLite file of the store (None on etcd);
+    ``workers`` and ``router_stats`` live in the same backend as the contracts."""
 
     settings: ControlSettings
     store: Store
     database: SqliteDatabase | None
     contracts: ContractViews
+    workers: WorkerRegistry
+    router_stats: RouterStatsStore
 
 
 ComponentFactory = Callable[[AppContext], Awaitable[Component]]

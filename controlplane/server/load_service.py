@@ -24,7 +24,6 @@ from controlplane.load.hub import Delta
 from controlplane.load.plane import LoadPlane
 from controlplane.load.status import render_loads
 from controlplane.server.component import AppContext, Component, ServiceBinding
-from controlplane.store.workers import MemoryWorkerRegistry, SqliteWorkerRegistry, WorkerRegistry
 from controlplane.v1 import load_pb2, load_pb2_grpc
 
 log = structlog.get_logger("controlplane.loads")
@@ -159,13 +158,8 @@ def add_to_server(servicer: LoadServicer, server: aio.Server) -> None:
 
 async def load_component(ctx: AppContext) -> Component:
     """LoadService, its ingest and push tasks, and the worker-load section of the status page."""
-    registry: WorkerRegistry
-    if ctx.database is not None:
-        registry = await SqliteWorkerRegistry.open(ctx.database)
-    else:
-        registry = MemoryWorkerRegistry()
     plane = LoadPlane(
-        registry,
+        ctx.workers,
         stale_after_s=ctx.settings.load_stale_after_s,
         push_interval_s=ctx.settings.load_push_interval_ms / 1000,
     )

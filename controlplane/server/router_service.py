@@ -26,10 +26,8 @@ from controlplane.routers.rollout import RolloutBoard, RouterRecord, RouterView
 from controlplane.server.component import AppContext, Component, ServiceBinding
 from controlplane.server.metrics import WATCHERS
 from controlplane.store.routers import (
-    MemoryRouterStatsStore,
     RouterStatsStore,
     RouterStoreError,
-    SqliteRouterStatsStore,
 )
 from controlplane.v1 import router_pb2, router_pb2_grpc
 
@@ -258,11 +256,7 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
 
 async def router_component(ctx: AppContext) -> Component:
     """RouterService, its flusher, and the routers and rejections sections of the status page."""
-    store: RouterStatsStore = (
-        await SqliteRouterStatsStore.open(ctx.database)
-        if ctx.database is not None
-        else MemoryRouterStatsStore()
-    )
+    store = ctx.router_stats
 
     async def current_revision() -> int:
         return ctx.store.snapshot().revision

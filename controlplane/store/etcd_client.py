@@ -1,0 +1,185 @@
+"""The etcd adapter: one gRPC channel to the cluster, the few KV calls the stores need, errors translated.
+
+Built on ``aetcd``'s generated etcd v3 stubs (``aetcd.rpc``) rather than its high-level client:
+the stores need transactions with several compares and range reads, a watch that resumes from a
+given revision, and several endpoints behind one channel, which the stubs give directly.
+
+Every call has a deadline and no ``wait_for_ready``: with the cluster unreachable a call fails at
+once with ``Unavailable`` naming the endpoints (SPEC §6: the client should retry), never hangs.
+etcd acknowledges a ``Txn`` only once a quorum has committed it (raft), and reads are
+linearizable (the etcd default), so what this module returns is what the cluster agreed on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import grpc
+from aetcd import rpc  # type: ignore[import-untyped]
+from grpc import aio
+
+from controlplane.errors import ControlPlaneError, Unavailable
+from controlplane.settings import Address, EtcdLocation
+
+CALL_TIMEOUT_S = 5.0
+# etcd's default --max-txn-ops is 128; callers chunk below it.
+MAX_TXN_OPS = 100
+# These mean "try again later" (no leader, connection refused, out of space), not a bug of ours.
+_RETRYABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.CANCELLED,
+}
+# Generated etcd messages are untyped (aetcd ships no stubs).
+Message = Any
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The range end that selects every key starting with ``prefix`` (etcd's clientv3.GetPrefixRangeEnd)."""
+    end = bytearray(prefix)
+    while end:
+        if end[-1] < 0xFF:
+            end[-1] += 1
+            return bytes(end)
+        end.pop()
+    return b"\0"
+
+
+def put(key: bytes, value: bytes) -> Message:
+    return rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))
+
+
+def delete(key: bytes) -> Message:
+    return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))
+
+
+def get(key: bytes, *, range_end: bytes = b"") -> Message:
+    return rpc.RequestOp(request_range=rpc.RangeRequest(key=key, range_end=range_end))
+
+
+def mod_revision_is(key: bytes, mod_revision: int) -> Message:
+    """Compare: ``key`` was last written at ``mod_revision`` (0: the key does not exist)."""
+    return rpc.Compare(key=key, target=rpc.Compare.MOD, result=rpc.Compare.EQUAL, mod_revision=mod_revision)
+
+
+async def _resolve(endpoints: Sequence[Address]) -> str:
+    """A gRPC target for the endpoints: pick_first tries them in order and fails over.
+
+    One endpoint uses the DNS resolver. Several become an ``ipv4:``/``ipv6:`` address list
+    (gRPC has no multi-name target), names resolved once here; IPv4 addresses are preferred
+    when both families are present, as one list takes one family.
+    """
+    if len(endpoints) == 1:
+        return str(endpoints[0])
+    loop = asyncio.get_running_loop()
+    v4: list[str] = []
+    v6: list[str] = []
+    for endpoint in endpoints:
+        try:
+            infos = await loop.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            raise Unavailable(f"cannot resolve etcd endpoint {endpoint}: {exc}") from exc
+        for family, _, _, _, sockaddr in infos:
+            ip = str(sockaddr[0])
+            if family == socket.AF_INET:
+                v4.append(f"{ip}:{endpoint.port}")
+            elif family == socket.AF_INET6 and ipaddress.ip_address(ip).version == 6:
+                v6.append(f"[{ip}]:{endpoint.port}")
+    if v4:
+        return "ipv4:" + ",".join(dict.fromkeys(v4))
+    return "ipv6:" + ",".join(dict.fromkeys(v6))
+
+
+class EtcdClient:
+    """A channel to one etcd cluster and the calls the stores make; ``Unavailable`` on failure."""
+
+    def __init__(self, location: EtcdLocation) -> None:
+        self.location = location
+        self.endpoints = ",".join(str(e) for e in location.endpoints)
+        self._channel: aio.Channel | None = None
+        self._kv: Message = None
+        self._watch: Message = None
+
+    def key(self, *parts: str) -> bytes:
+        """``/PREFIX/part/part...``: every key of this control plane's store lives under the prefix."""
+        return "/".join(("", self.location.prefix, *parts)).encode()
+
+    async def open(self) -> None:
+        """Connect and check the cluster answers (a startup error names the endpoints if not)."""
+        target = await _resolve(self.location.endpoints)
+        self._channel = aio.insecure_channel(target, options=[("grpc.lb_policy_name", "pick_first")])
+        self._kv = rpc.KVStub(self._channel)
+        self._watch = rpc.WatchStub(self._channel)
+        # wait_for_ready only here: the first call waits for the connection (bounded) rather
+        # than failing on a channel that has not tried to connect yet.
+        await self.call(self._kv.Range, rpc.RangeRequest(key=self.key()), wait_for_ready=True)
+
+    async def close(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close(None)
+
+    async def call(self, method: Message, request: Message, *, wait_for_ready: bool = False) -> Message:
+        """One unary call with a deadline; gRPC errors become the control plane's errors."""
+        if self._channel is None:
+            raise Unavailable("the etcd store is closed")
+        try:
+            return await method(request, timeout=CALL_TIMEOUT_S, wait_for_ready=wait_for_ready)
+        except aio.AioRpcError as exc:
+            raise self.error(exc) from exc
+
+    def error(self, exc: aio.AioRpcError) -> ControlPlaneError:
+        """Translate an etcd gRPC failure (the message names the endpoints, never a secret)."""
+        code, details = exc.code(), exc.details() or ""
+        if code in _RETRYABLE:
+            return Unavailable(f"etcd at {self.endpoints} is unavailable ({code.name}: {details})")
+        return ControlPlaneError(f"etcd at {self.endpoints} refused a request ({code.name}: {details})")
+
+    async def range(
+        self, key: bytes, *, range_end: bytes = b"", descending: bool = False, limit: int = 0
+    ) -> Message:
+        """A linearizable range read (``RangeResponse``: ``kvs``, ``header.revision``)."""
+        request = rpc.RangeRequest(key=key, range_end=range_end, limit=limit)
+        if descending:
+            request.sort_order = rpc.RangeRequest.DESCEND
+            request.sort_target = rpc.RangeRequest.KEY
+        return await self.call(self._kv.Range, request)
+
+    async def txn(
+        self, compare: Sequence[Message], success: Sequence[Message], failure: Sequence[Message] = ()
+    ) -> Message:
+        """One atomic transaction (``TxnResponse``: ``succeeded``, ``responses``, ``header``).
+
+        Acknowledged by etcd once a quorum committed it; a failed compare writes nothing.
+        """
+        request = rpc.TxnRequest(compare=list(compare), success=list(success), failure=list(failure))
+        return await self.call(self._kv.Txn, request)
+
+    async def read(self, *ops: Message) -> list[list[Message]]:
+        """Several range reads at one revision (a compare-less ``Txn``): the ``kvs`` of each."""
+        response = await self.txn((), ops)
+        return [list(r.response_range.kvs) for r in response.responses]
+
+    async def watch(self, key: bytes, range_end: bytes, start_revision: int) -> AsyncIterator[Message]:
+        """``WatchResponse`` messages for the range from ``start_revision`` on, until the stream ends.
+
+        Raises ``Unavailable`` when the stream breaks; the caller resynchronises and watches again.
+        """
+        if self._channel is None:
+            raise Unavailable("the etcd store is closed")
+        create = rpc.WatchCreateRequest(key=key, range_end=range_end, start_revision=start_revision)
+        call = self._watch.Watch()
+        try:
+            await call.write(rpc.WatchRequest(create_request=create))
+            async for response in call:
+                yield response
+        except aio.AioRpcError as exc:
+            raise self.error(exc) from exc
+        finally:
+            call.cancel()
+        raise Unavailable(f"etcd at {self.endpoints} ended the watch")
