@@ -31,7 +31,10 @@ STARTUP_ERROR_EXIT = 2
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", default=DEFAULT_LISTEN, help="gRPC address (HOST:PORT; port 0 = any)")
     parser.add_argument(
-        "--store", default=DEFAULT_STORE, help="sqlite:PATH (created on first start); etcd:// is not built"
+        "--store",
+        default=DEFAULT_STORE,
+        help="sqlite:PATH (created on first start) or etcd://HOST:PORT[,HOST:PORT...][/PREFIX] "
+        "(control planes on one etcd and prefix share contracts, workers and router stats)",
     )
     parser.add_argument(
         "--auth-tokens",
