@@ -3,15 +3,19 @@
 A stdlib-only leaf shared by both planes (like ``controlplane.load.wire``): the router
 and engine-sim parse their flags with it too, so the rule lives in one place.
 Precedence: a flag on the command line wins over the environment, which wins over the
-flag's default. Repeatable flags (``action="append"``) read a comma-separated list.
+flag's default (so a bad environment value is an error only when the flag is not given).
+Repeatable flags (``action="append"``) read a comma-separated list. A parse error is one line
+on stderr, ``PROG: MESSAGE``, and exit code 2 (SPEC §1: startup errors are one line naming the
+flag, the value and what is allowed), not argparse's usage block.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
-from typing import Any
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
 
 ENV_PREFIX = "FLEETPLANE_"
 
@@ -21,11 +25,21 @@ def env_name(option: str) -> str:
     return ENV_PREFIX + option.lstrip("-").replace("-", "_").upper()
 
 
+class _BadEnvValue:
+    """The default of a flag whose environment value is invalid: an error once the flag is
+    not given on the command line (the flag wins over the environment)."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
 class EnvArgumentParser(argparse.ArgumentParser):
     """An ArgumentParser whose long options take their default from the environment."""
 
     def __init__(self, *args: Any, environ: Mapping[str, str] | None = None, **kwargs: Any) -> None:
         self._environ = os.environ if environ is None else environ
+        # Repeatable flags set from the environment: replaced, not extended, by the command line.
+        self._env_lists: list[argparse.Action] = []
         kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
 
@@ -39,6 +53,7 @@ class EnvArgumentParser(argparse.ArgumentParser):
             return action
         if isinstance(action, argparse._AppendAction):
             action.default = [self._convert(action, v.strip()) for v in raw.split(",") if v.strip()]
+            self._env_lists.append(action)
         elif isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
             truthy = raw.strip().lower() in {"1", "true", "yes", "on"}
             action.default = truthy if isinstance(action, argparse._StoreTrueAction) else not truthy
@@ -53,8 +68,36 @@ class EnvArgumentParser(argparse.ArgumentParser):
             try:
                 value = action.type(raw)
             except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
-                self.error(f"{env_name(action.option_strings[-1])}={raw!r}: {exc}")
+                return _BadEnvValue(f"{env_name(action.option_strings[-1])}={raw!r}: {exc}")
         if action.choices is not None and value not in action.choices:
             allowed = ", ".join(map(str, action.choices))
-            self.error(f"{env_name(action.option_strings[-1])}={raw!r}: must be one of {allowed}")
+            return _BadEnvValue(f"{env_name(action.option_strings[-1])}={raw!r}: must be one of {allowed}")
         return value
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        ns = argparse.Namespace() if namespace is None else namespace
+        # argparse appends command-line values to a copy of the default: start such flags from
+        # None instead, and fall back to the environment's list only when none was given.
+        unset = [a for a in self._env_lists if not hasattr(ns, a.dest)]
+        for action in unset:
+            setattr(ns, action.dest, None)
+        ns, rest = super().parse_known_args(args, ns)
+        for action in unset:
+            if getattr(ns, action.dest) is None:
+                setattr(ns, action.dest, action.default)
+        for value in vars(ns).values():
+            bad = (
+                next((v for v in value if isinstance(v, _BadEnvValue)), None)
+                if isinstance(value, list)
+                else value
+            )
+            if isinstance(bad, _BadEnvValue):
+                self.error(bad.message)
+        return ns, rest
+
+    def error(self, message: str) -> NoReturn:
+        # One line (SPEC §1), not the usage block: the message names the flag and the value.
+        print(f"{self.prog}: {message}", file=sys.stderr, flush=True)
+        raise SystemExit(2)

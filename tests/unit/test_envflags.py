@@ -36,6 +36,29 @@ def test_environment_sets_defaults_and_flags_win() -> None:
 def test_bad_environment_value_exits_naming_the_variable(capsys: pytest.CaptureFixture[str]) -> None:
     """An environment value outside the allowed choices is a startup error naming the variable."""
     with pytest.raises(SystemExit) as exc:
-        _parser({"FLEETPLANE_POLICY": "random"})
+        _parser({"FLEETPLANE_POLICY": "random"}).parse_args([])
     assert exc.value.code == 2
     assert "FLEETPLANE_POLICY='random'" in capsys.readouterr().err
+
+
+def test_repeatable_flag_on_the_command_line_replaces_the_environment_list() -> None:
+    """FLEETPLANE_WORKER=a,b with --worker c gives [c]: the flag wins, lists are not merged."""
+    env = {"FLEETPLANE_WORKER": "http://a,http://b"}
+    assert _parser(env).parse_args(["--worker", "http://c"]).worker == ["http://c"]
+    assert _parser(env).parse_args([]).worker == ["http://a", "http://b"]
+
+
+def test_bad_environment_value_is_ignored_when_the_flag_is_given() -> None:
+    """An invalid FLEETPLANE_POLICY does not matter when --policy is on the command line."""
+    ns = _parser({"FLEETPLANE_POLICY": "random"}).parse_args(["--policy", "round_robin"])
+    assert ns.policy == "round_robin"
+
+
+def test_parse_errors_are_one_line_naming_flag_and_value(capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad flag value exits 2 with one line on stderr (no usage block) naming flag and value."""
+    with pytest.raises(SystemExit) as exc:
+        _parser({}).parse_args(["--policy", "random"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("t: ") and "--policy" in err and "'random'" in err and "least_load" in err
