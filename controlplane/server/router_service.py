@@ -108,6 +108,8 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
         self._failing = False
+        # One flush at a time: a stream that ends waits for a write already under way.
+        self._flush_lock = asyncio.Lock()
 
     async def load(self) -> None:
         """Take up what the store kept (before serving)."""
@@ -140,6 +142,10 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
 
     async def flush(self) -> None:
         """Write every changed record and count now; on failure keep them for the next try."""
+        async with self._flush_lock:
+            await self._flush()
+
+    async def _flush(self) -> None:
         records = self._board.take_dirty()
         rows = self._ledger.take_dirty()
         if not records and not rows:
@@ -211,6 +217,9 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
                 self._board.touch_dirty(router_id)  # keep the last report time across restarts
                 self._wake.set()
                 log.info("router_disconnected", router_id=router_id)
+        # The response acknowledges the reports: answer only once they are durable (SPEC §6:
+        # the stats survive a control-plane restart, a SIGKILL included).
+        await self.flush()
         return router_pb2.ReportRouterStatusResponse()
 
     async def ListRouters(
