@@ -21,7 +21,12 @@ from tests.fakes.router import RouterProcess
 
 MODEL = "audit-model"
 CONTRACT = json.dumps(
-    {"temperature": 0.5, "top_p": {"min": 0.1, "max": 0.9, "default": 0.8}, "top_k": {"min": 1, "max": 50}, "n": 1}
+    {
+        "temperature": 0.5,
+        "top_p": {"min": 0.1, "max": 0.9, "default": 0.8},
+        "top_k": {"min": 1, "max": 50},
+        "n": 1,
+    }
 )
 
 
@@ -70,9 +75,7 @@ def exchange(r: RouterProcess, data: bytes, timeout_s: float = 10.0) -> bytes:
         return bytes(out)
 
 
-def request(
-    r: RouterProcess, method: str, path: str, body: bytes | None = None, headers: str = ""
-) -> Answer:
+def request(r: RouterProcess, method: str, path: str, body: bytes | None = None, headers: str = "") -> Answer:
     """One HTTP/1.1 request (``Connection: close``) as raw bytes; the parsed answer."""
     head = f"{method} {path} HTTP/1.1\r\nHost: router\r\nConnection: close\r\n{headers}"
     if body is not None:
