@@ -26,6 +26,8 @@ from controlplane.errors import ControlPlaneError, Unavailable
 from controlplane.settings import Address, EtcdLocation
 
 CALL_TIMEOUT_S = 5.0
+# How long startup waits for the first connection before it gives up with a startup error.
+CONNECT_TIMEOUT_S = 3.0
 # etcd's default --max-txn-ops is 128; callers chunk below it.
 MAX_TXN_OPS = 100
 # These mean "try again later" (no leader, connection refused, out of space), not a bug of ours.
@@ -117,19 +119,31 @@ class EtcdClient:
         self._watch = rpc.WatchStub(self._channel)
         # wait_for_ready only here: the first call waits for the connection (bounded) rather
         # than failing on a channel that has not tried to connect yet.
-        await self.call(self._kv.Range, rpc.RangeRequest(key=self.key()), wait_for_ready=True)
+        await self.call(
+            self._kv.Range,
+            rpc.RangeRequest(key=self.key()),
+            wait_for_ready=True,
+            deadline_s=CONNECT_TIMEOUT_S,
+        )
 
     async def close(self) -> None:
         channel, self._channel = self._channel, None
         if channel is not None:
             await channel.close(None)
 
-    async def call(self, method: Message, request: Message, *, wait_for_ready: bool = False) -> Message:
+    async def call(
+        self,
+        method: Message,
+        request: Message,
+        *,
+        wait_for_ready: bool = False,
+        deadline_s: float = CALL_TIMEOUT_S,
+    ) -> Message:
         """One unary call with a deadline; gRPC errors become the control plane's errors."""
         if self._channel is None:
             raise Unavailable("the etcd store is closed")
         try:
-            return await method(request, timeout=CALL_TIMEOUT_S, wait_for_ready=wait_for_ready)
+            return await method(request, timeout=deadline_s, wait_for_ready=wait_for_ready)
         except aio.AioRpcError as exc:
             raise self.error(exc) from exc
 

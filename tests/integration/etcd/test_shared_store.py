@@ -1,0 +1,204 @@
+"""Several control planes on one etcd: changes reach every watcher, versions are never duplicated,
+prefixes are isolated, workers and rejection counts are shared (SPEC §3.2, §6 Durability)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import grpc
+import pytest
+
+from controlplane.app import ControlPlane
+from controlplane.contracts import contract_to_proto_params, parse_contract_json
+from controlplane.settings import EtcdLocation, parse_store
+from controlplane.store.etcd import EtcdStore
+from controlplane.store.etcd_routers import EtcdRouterStatsStore
+from controlplane.v1 import contract_pb2 as pb
+from controlplane.v1 import contract_pb2_grpc, load_pb2, load_pb2_grpc, router_pb2, router_pb2_grpc
+from tests.fakes.etcd import EtcdServer
+
+Factory = Callable[..., AbstractAsyncContextManager[ControlPlane]]
+
+
+def _update(scope: str, temperature: float, **kw: Any) -> pb.UpdateContractRequest:
+    params, policy = contract_to_proto_params(parse_contract_json(f'{{"temperature": {temperature}}}'))
+    return pb.UpdateContractRequest(scope=scope, params=params, conflict=policy, allow_missing=True, **kw)
+
+
+def _location(url: str) -> EtcdLocation:
+    location = parse_store(url)
+    assert isinstance(location, EtcdLocation)
+    return location
+
+
+def _stub(plane: ControlPlane) -> tuple[grpc.aio.Channel, contract_pb2_grpc.ContractServiceStub]:
+    channel = grpc.aio.insecure_channel(str(plane.grpc_address))
+    return channel, contract_pb2_grpc.ContractServiceStub(channel)
+
+
+async def test_an_update_through_one_plane_reaches_a_watcher_of_the_other(control_plane_factory: Factory):
+    """UpdateContract on A: a WatchContracts client of B receives the new set at A's revision."""
+    async with control_plane_factory() as a, control_plane_factory() as b:
+        ca, stub_a = _stub(a)
+        cb, stub_b = _stub(b)
+        async with ca, cb:
+            call = stub_b.WatchContracts(pb.WatchContractsRequest(router_id="r"))
+            first = await asyncio.wait_for(call.read(), 5)
+            assert first.revision == 0 and not first.contracts
+            written = await stub_a.UpdateContract(_update("m", 0.5, comment="via A"))
+            message = await asyncio.wait_for(call.read(), 5)
+            assert message.revision == written.contract.revision == 1
+            assert [(c.scope, c.version, c.comment) for c in message.contracts] == [("m", 1, "via A")]
+            got = await stub_b.GetContract(pb.GetContractRequest(scope="m"))
+            assert got.contract.params == written.contract.params
+            call.cancel()
+
+
+async def test_concurrent_writers_through_two_planes_never_share_a_version(control_plane_factory: Factory):
+    """40 concurrent updates of one scope through A and B: versions 1..40 and revisions 1..40, once each."""
+    async with control_plane_factory() as a, control_plane_factory() as b:
+        ca, stub_a = _stub(a)
+        cb, stub_b = _stub(b)
+        async with ca, cb:
+            replies = await asyncio.gather(
+                *(
+                    (stub_a if i % 2 else stub_b).UpdateContract(_update("*", i / 40, comment=str(i)))
+                    for i in range(40)
+                )
+            )
+            versions = sorted(r.contract.version for r in replies)
+            revisions = sorted(r.contract.revision for r in replies)
+            assert versions == list(range(1, 41)) and revisions == list(range(1, 41))
+            history = await stub_b.ListContractHistory(
+                pb.ListContractHistoryRequest(scope="*", page_size=100)
+            )
+            assert sorted(v.comment for v in history.versions) == sorted(str(i) for i in range(40))
+            for plane in (a, b):
+                snapshot = await asyncio.wait_for(plane.store.wait_for_change(39), 5)
+                assert snapshot.revision == 40 and snapshot.contracts["*"].version == 40
+
+
+async def test_expected_version_across_planes_lets_exactly_one_writer_win(control_plane_factory: Factory):
+    """Two planes write with the same expected_version at once: one commits, the other is ABORTED."""
+    async with control_plane_factory() as a, control_plane_factory() as b:
+        ca, stub_a = _stub(a)
+        cb, stub_b = _stub(b)
+        async with ca, cb:
+            await stub_a.UpdateContract(_update("*", 1.0))
+            results = await asyncio.gather(
+                stub_a.UpdateContract(_update("*", 0.1, expected_version=1)),
+                stub_b.UpdateContract(_update("*", 0.2, expected_version=1)),
+                return_exceptions=True,
+            )
+            errors = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
+            assert len(errors) == 1 and errors[0].code() == grpc.StatusCode.ABORTED
+            history = await stub_b.ListContractHistory(pb.ListContractHistoryRequest(scope="*"))
+            assert [v.version for v in history.versions] == [2, 1]
+
+
+async def test_two_prefixes_on_one_etcd_do_not_see_each_other(
+    etcd: EtcdServer, control_plane_factory: Factory
+):
+    """A plane on another prefix of the same etcd keeps its own contracts, revision and workers."""
+    async with (
+        control_plane_factory(store=etcd.url("iso-one")) as one,
+        control_plane_factory(store=etcd.url("iso-one-two")) as two,
+    ):
+        c1, stub_1 = _stub(one)
+        c2, stub_2 = _stub(two)
+        async with c1, c2:
+            await stub_1.UpdateContract(_update("*", 1.0))
+            await load_pb2_grpc.LoadServiceStub(c1).RegisterWorker(
+                load_pb2.RegisterWorkerRequest(
+                    url="http://127.0.0.1:9",
+                    protocol=load_pb2.WORKER_PROTOCOL_HTTP1,
+                    models=["m"],
+                    load_endpoints=["tcp://127.0.0.1:9"],
+                )
+            )
+            await asyncio.sleep(0.2)  # time for a (wrong) watch event to arrive
+            listed = await stub_2.ListContracts(pb.ListContractsRequest())
+            assert (listed.revision, list(listed.contracts)) == (0, [])
+            workers = await load_pb2_grpc.LoadServiceStub(c2).ListWorkers(load_pb2.ListWorkersRequest())
+            assert list(workers.workers) == []
+
+
+async def test_scopes_that_prefix_each_other_keep_separate_histories(store_url: str):
+    """Scope "org" and scope "org/model" (a / in a model name) never mix versions or history."""
+    store = EtcdStore(_location(store_url))
+    await store.open()
+    try:
+        contract = parse_contract_json('{"n": 1}')
+        for scope in ("org", "org/model", "org/model", "org"):
+            await store.update(
+                scope, contract, expected_version=None, allow_missing=True, author="t", comment=scope
+            )
+        for scope in ("org", "org/model"):
+            page = await store.history(scope, page_size=10, before_version=None)
+            assert [(v.scope, v.version) for v in page.versions] == [(scope, 2), (scope, 1)]
+        page = await store.history("org", page_size=1, before_version=2)
+        assert [v.version for v in page.versions] == [1] and page.next_before_version is None
+    finally:
+        await store.close()
+
+
+async def test_workers_registered_through_one_plane_are_kept_in_etcd(control_plane_factory: Factory):
+    """A worker registered through A is listed by a plane started afterwards, and by A after a restart."""
+    request = load_pb2.RegisterWorkerRequest(
+        url="http://127.0.0.1:9",
+        protocol=load_pb2.WORKER_PROTOCOL_HTTP1,
+        models=["m"],
+        load_endpoints=["tcp://127.0.0.1:9"],
+    )
+    async with control_plane_factory() as a, grpc.aio.insecure_channel(str(a.grpc_address)) as channel:
+        await load_pb2_grpc.LoadServiceStub(channel).RegisterWorker(request)
+    async with control_plane_factory() as b, grpc.aio.insecure_channel(str(b.grpc_address)) as channel:
+        listed = await load_pb2_grpc.LoadServiceStub(channel).ListWorkers(load_pb2.ListWorkersRequest())
+        assert [(w.url, list(w.models)) for w in listed.workers] == [("http://127.0.0.1:9", ["m"])]
+
+
+async def test_rejection_counts_reported_to_one_plane_survive_for_the_next(control_plane_factory: Factory):
+    """Counts a router reported through A are in GetRejectionStats of a plane started after A stops."""
+    async with control_plane_factory() as a, grpc.aio.insecure_channel(str(a.grpc_address)) as channel:
+        call = router_pb2_grpc.RouterServiceStub(channel).ReportRouterStatus()
+        await call.write(
+            router_pb2.ReportRouterStatusRequest(
+                router_id="r1",
+                boot_id="b1",
+                applied_revision=0,
+                rejections=[router_pb2.RejectionCount(scope="*", param="top_p", count=7)],
+            )
+        )
+        await call.done_writing()
+        await call
+    async with control_plane_factory() as b, grpc.aio.insecure_channel(str(b.grpc_address)) as channel:
+        stats = await router_pb2_grpc.RouterServiceStub(channel).GetRejectionStats(
+            router_pb2.GetRejectionStatsRequest()
+        )
+        assert stats.total == 7 and [(k.key, k.count) for k in stats.by_router] == [("r1", 7)]
+
+
+@pytest.mark.parametrize("rounds", [5])
+async def test_concurrent_count_writers_keep_the_highest_count(store_url: str, rounds: int):
+    """Two planes saving counts of one router boot at once: the stored count is the maximum, never lower."""
+    from controlplane.routers.rejections import RejectionRow
+
+    stores = [EtcdStore(parse_store(store_url)) for _ in range(2)]  # type: ignore[arg-type]
+    for store in stores:
+        await store.open()
+    try:
+        stats = [EtcdRouterStatsStore(store.client) for store in stores]
+        for r in range(rounds):
+            high, low = 10 * (r + 1) + 5, 10 * (r + 1)
+            await asyncio.gather(
+                stats[0].save([], [RejectionRow("r", "b", "*", "n", high)]),
+                stats[1].save([], [RejectionRow("r", "b", "*", "n", low)]),
+            )
+            _, rows = await stats[1].load()
+            assert [row.count for row in rows] == [high]
+    finally:
+        for store in stores:
+            await store.close()
