@@ -288,7 +288,10 @@ def run(args: argparse.Namespace) -> int:
                 f"127.0.0.1:{args.http_port}",
             ],
         )
-        wait_for_line(cp, r"listening on")
+        # Port 0 asks the OS for a port: name the ones the control plane actually bound.
+        http_port = int(wait_for_line(cp, r"control plane http on \S+:(\d+)").group(1))
+        grpc_port = int(wait_for_line(cp, r"control plane listening on \S+:(\d+)").group(1))
+        control = f"127.0.0.1:{grpc_port}"
         engines = [_engine(fleet, "engine-h1", 1, False), _engine(fleet, "engine-h2c", 2, True)]
         with grpc.insecure_channel(control) as channel:
             grpc.channel_ready_future(channel).result(timeout=START_TIMEOUT_S)
@@ -312,7 +315,7 @@ def run(args: argparse.Namespace) -> int:
             ],
         )
         router_url = wait_for_line(router, r"listening on (http://\S+)").group(1)
-        print(_banner(router_url, control, args.http_port, engines, seeded), flush=True)
+        print(_banner(router_url, control, http_port, engines, seeded), flush=True)
         while not stop.is_set():
             dead = fleet.dead()
             if dead is not None:
@@ -325,6 +328,12 @@ def run(args: argparse.Namespace) -> int:
         return_code = 1
     except grpc.RpcError as exc:
         print(f"fleetplane up: control plane: {exc.details()}", file=sys.stderr)
+        return_code = 1
+    except grpc.FutureTimeoutError:
+        print(
+            f"fleetplane up: control plane at {control} did not answer; see {workdir / 'logs'}",
+            file=sys.stderr,
+        )
         return_code = 1
     finally:
         # Router first so no request is in flight when its workers go away.
