@@ -4,7 +4,8 @@ A contract is compiled once per snapshot (``compile_contract``): per field, the 
 §3.3, the pre-rendered injection pair and the static parts of the messages. ``enforce`` then
 only walks that table: it raises ``SamplingContractViolation`` (every violated field listed,
 the first in §2 order reported), or returns the body to forward: the very same object when
-nothing is injected, else the body with the pairs spliced in before its final ``}``.
+nothing is injected, else the body with the pairs spliced in before its final ``}`` (a large
+body as a ``SplicedBody``: views of the client's bytes around the injected ones, not a copy).
 
 Why splicing is safe: the engine parses with ``json.loads`` (last key wins), so pairs appended
 at the end of the object override whatever the client wrote earlier under the same key, in
@@ -24,10 +25,13 @@ from controlplane.contracts.formatting import format_number
 from controlplane.contracts.model import Band, ConflictPolicy, Exact, SamplingContract
 from dataplane.router.errors import SamplingContractViolation
 from dataplane.router.probe import ABSENT, NUMBER, Probe
+from dataplane.router.request_body import RequestBody, Segment, SplicedBody
 
 _EMPTY_OBJECT = re.compile(rb"\{[ \t\r\n]*\}")
 _SAMPLING_PARAMS_KEY: Final = b'"sampling_params":'
-_SLICE_LIMIT: Final = 1 << 16
+# Bodies from this size on are spliced as segments; below it one concatenation is cheaper than
+# handling segments downstream (and the h1 writer copies head + body into one write anyway).
+SEGMENTED_FROM: Final = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +123,7 @@ def _violation_message(rule: FieldRule, state: int, value: float) -> str:
     return f"{rule.prefix}must be a number {rule.want}, got a non-numeric value"
 
 
-def enforce(compiled: CompiledContract, probe: Probe, body: bytes) -> bytes:
+def enforce(compiled: CompiledContract, probe: Probe, body: bytes) -> RequestBody:
     """Judge and rewrite one probed body (SPEC §3.3); the body to forward, or raise.
 
     Raises ``SamplingContractViolation`` whose ``param`` is the first violated field in §2
@@ -150,24 +154,31 @@ def enforce(compiled: CompiledContract, probe: Probe, body: bytes) -> bytes:
     return splice(probe, body, pairs)
 
 
-def splice(probe: Probe, body: bytes, pairs: list[bytes]) -> bytes:
-    """Insert ``pairs`` (rendered ``"key":value``) where the engine will read them last."""
+def splice(
+    probe: Probe, body: bytes, pairs: list[bytes], *, segmented_from: int = SEGMENTED_FROM
+) -> RequestBody:
+    """Insert ``pairs`` (rendered ``"key":value``) where the engine will read them last.
+
+    A body of ``segmented_from`` bytes or more comes back as a ``SplicedBody`` whose client
+    parts are views of ``body``; the bytes are the same either way.
+    """
     joined = b",".join(pairs)
     at = probe.insert_at
     lead = b"," if probe.needs_comma else b""
+    middle: list[Segment]
     if probe.generate:
         existing = probe.sampling_params
         if existing is None:  # absent or null: create it
-            insertion = lead + _SAMPLING_PARAMS_KEY + b"{" + joined + b"}"
+            middle = [lead + _SAMPLING_PARAMS_KEY + b"{" + joined + b"}"]
         else:
             # Re-state the winning sampling_params with our pairs last inside it; placed last in
             # the body, it wins over the client's copy (json.loads: last key wins).
             view = memoryview(existing)
             inner_lead = b"" if _EMPTY_OBJECT.fullmatch(view) else b","
-            insertion = b"".join((b",", _SAMPLING_PARAMS_KEY, view[:-1], inner_lead, joined, b"}"))
+            middle = [b"," + _SAMPLING_PARAMS_KEY, view[:-1], inner_lead + joined + b"}"]
     else:
-        insertion = lead + joined
-    if len(body) < _SLICE_LIMIT:
-        return body[:at] + insertion + body[at:]
-    whole = memoryview(body)  # one copy of a large body, not three
-    return b"".join((whole[:at], insertion, whole[at:]))
+        middle = [lead + joined]
+    if len(body) < segmented_from:
+        return b"".join((body[:at], *middle, body[at:]))
+    whole = memoryview(body)
+    return SplicedBody((whole[:at], *middle, whole[at:]))

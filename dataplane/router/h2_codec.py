@@ -57,6 +57,7 @@ from dataplane.router.h2_wire import (
     frame,
     hpack_str,
 )
+from dataplane.router.request_body import RequestBody, body_window
 
 
 class CodecListener(Protocol):
@@ -175,19 +176,21 @@ class ClientCodec:
         windows = self._windows.get(stream_id)
         return 0 if windows is None else min(windows.send, self.conn_send_window)
 
-    def data(self, stream_id: int, payload: bytes | memoryview, end_stream: bool) -> bytes:
-        """DATA frames for ``payload`` (which must fit ``sendable``), split at the peer's frame size."""
-        n = len(payload)
+    def data(self, stream_id: int, body: RequestBody, start: int, stop: int, end_stream: bool) -> bytes:
+        """DATA frames for bytes ``[start, stop)`` of ``body`` (which must fit ``sendable``), split
+        at the peer's frame size. Each payload is copied once, into its frame, straight from the
+        body's segments (a spliced body is never joined first; a frame may straddle segments)."""
+        n = stop - start
         self._windows[stream_id].send -= n
         self.conn_send_window -= n
         flags = END_STREAM if end_stream else 0
         limit = self.peer_max_frame
         if n <= limit:
-            return frame(DATA, flags, stream_id, bytes(payload))
+            return frame(DATA, flags, stream_id, body_window(body, start, stop))
         chunks = []
-        for off in range(0, n, limit):
-            last = off + limit >= n
-            chunks.append(frame(DATA, flags if last else 0, stream_id, bytes(payload[off : off + limit])))
+        for off in range(start, stop, limit):
+            end = min(off + limit, stop)
+            chunks.append(frame(DATA, flags if end == stop else 0, stream_id, body_window(body, off, end)))
         return b"".join(chunks)
 
     def reset(self, stream_id: int, code: int) -> bytes:

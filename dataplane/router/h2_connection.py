@@ -31,6 +31,7 @@ from dataplane.router.errors import RouterError, UpstreamBodyIncomplete, Upstrea
 from dataplane.router.h2_codec import ClientCodec
 from dataplane.router.h2_stream import H2Stream, parse_head
 from dataplane.router.h2_wire import CANCEL, NO_ERROR, REFUSED_STREAM, H2ProtocolError
+from dataplane.router.request_body import RequestBody
 
 DEFAULT_STREAM_WINDOW = 4 * 1024 * 1024
 DEFAULT_MAX_STREAMS = 256
@@ -111,7 +112,7 @@ class H2Connection(asyncio.Protocol):
         method: bytes,
         path: bytes,
         headers: list[tuple[bytes, bytes]],
-        body: bytes,
+        body: RequestBody,
         deadline: float,
     ) -> H2Stream:
         """Open a stream, send its headers and as much body as the windows allow.
@@ -137,7 +138,7 @@ class H2Connection(asyncio.Protocol):
             n = min(codec.sendable(sid), len(body))
             if n == len(body):
                 # The common case: headers and the whole body in one write.
-                transport.write(block + codec.data(sid, body, True))
+                transport.write(block + codec.data(sid, body, 0, n, True))
                 stream.pending_off = n
                 return stream
             transport.write(block)
@@ -154,12 +155,12 @@ class H2Connection(asyncio.Protocol):
             self._send_blocked[sid] = stream
             return
         codec = self._codec
-        view = stream.pending
+        body = stream.pending
         off = stream.pending_off
-        total = len(view)
+        total = len(body)
         n = min(codec.sendable(sid), total - off)
         if n > 0:
-            self._write(codec.data(sid, view[off : off + n], off + n == total))
+            self._write(codec.data(sid, body, off, off + n, off + n == total))
             off += n
         stream.pending_off = off
         if off < total:

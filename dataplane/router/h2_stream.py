@@ -15,6 +15,7 @@ from typing import Protocol
 
 from dataplane.router.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeout
 from dataplane.router.headers import DROPPED
+from dataplane.router.request_body import RequestBody
 
 
 def parse_head(headers: list[tuple[bytes, bytes]]) -> tuple[int, list[tuple[bytes, bytes]]]:
@@ -60,7 +61,7 @@ class H2Stream:
         self,
         conn: _Owner,
         stream_id: int,
-        body: bytes,
+        body: RequestBody,
         deadline: float,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
@@ -70,7 +71,7 @@ class H2Stream:
         self.headers: list[tuple[bytes, bytes]] = []
         self.started = False  # response headers arrived
         self.refused = False  # the live worker declined it unprocessed (REFUSED_STREAM, GOAWAY)
-        self.pending = memoryview(body)  # request body bytes not yet sent
+        self.pending = body  # the request body; bytes from pending_off on are not sent yet
         self.pending_off = 0
         self._buf: deque[bytes] = deque()
         self._unacked = 0  # flow-controlled bytes buffered, credit not yet returned

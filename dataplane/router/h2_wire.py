@@ -90,7 +90,7 @@ def encode_field(name: bytes, value: bytes) -> bytes:
     return b"\x00" + hpack_str(name) + hpack_str(value)
 
 
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    """One frame: 9-byte header (RFC 9113 §4.1) + payload."""
+def frame(kind: int, flags: int, stream_id: int, payload: bytes | memoryview = b"") -> bytes:
+    """One frame: 9-byte header (RFC 9113 §4.1) + payload (copied once, from a view too)."""
     n = len(payload)
     return bytes((n >> 16, (n >> 8) & 0xFF, n & 0xFF, kind, flags)) + stream_id.to_bytes(4, "big") + payload

@@ -56,6 +56,7 @@ from dataplane.router.metrics import (
     RouteStats,
 )
 from dataplane.router.probe import probe_body
+from dataplane.router.request_body import RequestBody
 from dataplane.router.routes import JUDGED, canonical_path, split_target
 from dataplane.router.state import RouterState
 from dataplane.router.upstream import UpstreamResponse
@@ -149,7 +150,7 @@ class Proxy:
 
     def _judge(
         self, request: Request, responder: Responder, generate: bool
-    ) -> int | tuple[bytes, tuple[Worker, ...], Headers, bool]:
+    ) -> int | tuple[RequestBody, tuple[Worker, ...], Headers, bool]:
         """Probe, model lookup, contract (SPEC §3.3): the body to forward, or the status answered."""
         contracts = self._state.contracts
         if contracts is None:
@@ -158,11 +159,11 @@ class Proxy:
         try:
             probe = probe_body(request.body, generate=generate)
             model, group = self._group(probe.model)
-            body = request.body
+            body: RequestBody = request.body
             compiled = contracts.for_model(model)
             if compiled is not None:
                 try:
-                    body = enforce(compiled, probe, body)
+                    body = enforce(compiled, probe, request.body)
                 except SamplingContractViolation as violation:
                     self._state.count_rejection(
                         compiled.scope, violation.violated or (violation.param or "",)
@@ -179,7 +180,7 @@ class Proxy:
         request: Request,
         responder: Responder,
         target: bytes,
-        body: bytes,
+        body: RequestBody,
         group: tuple[Worker, ...],
         extra: Headers,
         stream: bool,
@@ -242,7 +243,7 @@ class Proxy:
         request: Request,
         responder: Responder,
         target: bytes,
-        body: bytes,
+        body: RequestBody,
         group: Sequence[Worker],
         extra: Headers,
         stream: bool,

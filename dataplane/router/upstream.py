@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from dataplane.router.errors import UpstreamBodyIncomplete, UpstreamTimeout, UpstreamUnreachable
+from dataplane.router.request_body import RequestBody
 
 __all__ = [
     "UpstreamBodyIncomplete",
@@ -71,11 +72,14 @@ class UpstreamPool(Protocol):
         method: bytes,
         path: bytes,
         headers: Headers,
-        body: bytes,
+        body: RequestBody,
         *,
         timeout_s: float,
     ) -> UpstreamResponse:
         """Send one request and return once the response head has arrived.
+
+        ``body`` is bytes or a ``SplicedBody`` (the client's bytes around an injection, SPEC
+        §3.3): the pool sends ``bytes(body)`` without joining the segments first.
 
         ``headers`` are end-to-end request headers (lower-case names, no Host, no framing
         headers); the pool adds Host/``:authority`` and the body framing. ``timeout_s`` bounds the

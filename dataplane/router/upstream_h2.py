@@ -19,6 +19,7 @@ from collections import deque
 from dataplane.router.errors import UpstreamTimeout, UpstreamUnreachable
 from dataplane.router.h2_connection import DEFAULT_MAX_STREAMS, DEFAULT_STREAM_WINDOW, H2Connection
 from dataplane.router.h2_stream import H2Stream
+from dataplane.router.request_body import RequestBody
 
 __all__ = ["H2Connection", "H2Pool", "H2Stream"]
 
@@ -60,7 +61,7 @@ class H2Pool:
         method: bytes,
         path: bytes,
         headers: list[tuple[bytes, bytes]],
-        body: bytes,
+        body: RequestBody,
         *,
         timeout_s: float,
     ) -> H2Stream:

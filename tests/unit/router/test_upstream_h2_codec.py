@@ -74,7 +74,7 @@ def test_request_arrives_exactly(headers: list[tuple[bytes, bytes]], path: bytes
     codec, _, server = _pair()
     headers = [(b"x-" + n, v) for n, v in headers] + [(b"content-type", b"application/json")]
     sid, block = codec.open_stream(b"POST", b"/" + path, b"127.0.0.1:9", headers, not body)
-    wire = block + (codec.data(sid, body, True) if body else b"")
+    wire = block + (codec.data(sid, body, 0, len(body), True) if body else b"")
     events = server.receive_data(wire)
     req = next(e for e in events if isinstance(e, h2.events.RequestReceived))
     assert req.headers == [
@@ -116,14 +116,14 @@ def test_upload_waits_for_the_peer_window() -> None:
     sid, block = codec.open_stream(b"POST", b"/", b"h:1", [], False)
     first = codec.sendable(sid)
     assert first == 65535
-    server.receive_data(block + codec.data(sid, body[:first], False))
+    server.receive_data(block + codec.data(sid, body, 0, first, False))
     assert codec.sendable(sid) == 0
     server.acknowledge_received_data(first, sid)
     codec.feed(server.data_to_send())
     assert rec.windows >= 1
     rest = len(body) - first
     assert codec.sendable(sid) >= rest
-    events = server.receive_data(codec.data(sid, body[first:], True))
+    events = server.receive_data(codec.data(sid, body, first, len(body), True))
     assert any(isinstance(e, h2.events.StreamEnded) for e in events)
 
 
