@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -131,3 +132,78 @@ def h2c_requests(
                     done.add(event.stream_id)
             sock.sendall(conn.data_to_send())
         return [(headers, bytes(body)) for headers, body in streams.values()]
+
+
+class CaptureWorker:
+    """A minimal HTTP/1.1 worker on 127.0.0.1:0 that records every POST exactly as it arrived.
+
+    Answers ``GET /server_info`` (HTTP/1.1, no h2c), ``GET /v1/models`` (``MODEL``) and
+    ``GET /health``; every POST is recorded as (target, headers, body bytes) and answered
+    ``200 {"ok":true}``. Runs in a thread so the router process can reach it.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, str], bytes]] = []
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+
+    def _connection(self, conn: socket.socket) -> None:
+        buf = bytearray()
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, target, _ = lines[0].split(" ", 2)
+                headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+                size = int(headers.get("content-length", "0"))
+                while len(rest) < size:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    rest += data
+                body, buf = rest[:size], bytearray(rest[size:])
+                if method == "GET" and target == "/server_info":
+                    answer = b'{"enable_http2": false}'
+                elif method == "GET" and target == "/v1/models":
+                    answer = json.dumps(
+                        {"object": "list", "data": [{"id": MODEL, "object": "model"}]}
+                    ).encode()
+                elif method == "GET":
+                    answer = b"{}"
+                else:
+                    self.requests.append((target, headers, body))
+                    answer = b'{"ok":true}'
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                    + str(len(answer)).encode()
+                    + b"\r\n\r\n"
+                    + answer
+                )
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+@pytest.fixture(scope="module")
+def capture() -> Iterator[CaptureWorker]:
+    """A worker that records the exact bytes the router forwards."""
+    worker = CaptureWorker()
+    try:
+        yield worker
+    finally:
+        worker.close()
