@@ -118,32 +118,29 @@ class EtcdClient:
         self._kv = rpc.KVStub(self._channel)
         self._watch = rpc.WatchStub(self._channel)
         # wait_for_ready only here: the first call waits for the connection (bounded) rather
-        # than failing on a channel that has not tried to connect yet.
-        await self.call(
-            self._kv.Range,
-            rpc.RangeRequest(key=self.key()),
-            wait_for_ready=True,
-            deadline_s=CONNECT_TIMEOUT_S,
-        )
+        # than failing on a channel that has not tried to connect yet. Later calls fail fast.
+        try:
+            await self._kv.Range(
+                rpc.RangeRequest(key=self.key()), timeout=CONNECT_TIMEOUT_S, wait_for_ready=True
+            )
+        except aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise self.error(exc) from exc
+            raise Unavailable(
+                f"etcd at {self.endpoints} is unavailable (no answer within {CONNECT_TIMEOUT_S:g} s)"
+            ) from exc
 
     async def close(self) -> None:
         channel, self._channel = self._channel, None
         if channel is not None:
             await channel.close(None)
 
-    async def call(
-        self,
-        method: Message,
-        request: Message,
-        *,
-        wait_for_ready: bool = False,
-        deadline_s: float = CALL_TIMEOUT_S,
-    ) -> Message:
+    async def call(self, method: Message, request: Message) -> Message:
         """One unary call with a deadline; gRPC errors become the control plane's errors."""
         if self._channel is None:
             raise Unavailable("the etcd store is closed")
         try:
-            return await method(request, timeout=deadline_s, wait_for_ready=wait_for_ready)
+            return await method(request, timeout=CALL_TIMEOUT_S)
         except aio.AioRpcError as exc:
             raise self.error(exc) from exc
 
