@@ -26,6 +26,7 @@ from dataplane.http.wire import (
     MALFORMED,
     TIMED_OUT,
     TOO_LARGE,
+    UPGRADE_WITH_BODY,
     ErrorAnswer,
     Headers,
     classify_preface,
@@ -34,6 +35,10 @@ from dataplane.http.wire import (
 
 class _Stop(Exception):
     """Raised inside a parser callback to stop parsing; the reason is in ``_error``."""
+
+
+def _announces_body(headers: Headers) -> bool:
+    return any((n == b"content-length" and int(v) > 0) or n == b"transfer-encoding" for n, v in headers)
 
 
 class Http1Connection(WriteBackpressure):
@@ -167,6 +172,12 @@ class Http1Connection(WriteBackpressure):
     def on_headers_complete(self) -> None:
         if self._header_bytes > self._max_header:
             self._error = HEADERS_TOO_LARGE
+            raise _Stop
+        if self._parser.should_upgrade() and _announces_body(self._headers):
+            # httptools skips the body of a request it takes for an Upgrade and would parse that
+            # body as the next request: a desync (RFC 9112 §11.2). We never switch protocols
+            # (RFC 9110 §7.8 lets a server ignore Upgrade) and cannot read such a body: refuse.
+            self._error = UPGRADE_WITH_BODY
             raise _Stop
         self._headers_done = True
         self._partial_head = 0

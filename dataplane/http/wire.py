@@ -146,3 +146,6 @@ MALFORMED: Final = error_answer(BadRequest("malformed HTTP request"))
 TOO_LARGE: Final = error_answer(PayloadTooLarge())
 HEADERS_TOO_LARGE: Final = error_answer(HeaderFieldsTooLarge())
 TIMED_OUT: Final = error_answer(RequestTimeout())
+UPGRADE_WITH_BODY: Final = error_answer(
+    BadRequest("Upgrade is not supported on a request with a body (for h2c use prior knowledge)")
+)
