@@ -7,11 +7,13 @@ import json
 import random
 
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controlplane.contracts import FIELD_BY_NAME, ConflictPolicy, Exact, SamplingContract
-from dataplane.router.enforce import compile_contract, enforce
+from dataplane.router.enforce import SEGMENTED_FROM, compile_contract, enforce, splice
 from dataplane.router.errors import BadRequest, SamplingContractViolation
 from dataplane.router.probe import ABSENT, probe_body
+from dataplane.router.request_body import SplicedBody
 from tests.fakes.sampling import (
     contract_hints,
     random_chat_body,
@@ -45,6 +47,7 @@ def _check(seed: int, *, generate: bool) -> None:
     if not expected:
         assert out is body
         return
+    assert isinstance(out, bytes)  # bodies this small are spliced in one piece
     try:
         original = json.loads(body)
     except ValueError:
@@ -84,3 +87,44 @@ def test_chat_splice(seed: int) -> None:
 def test_generate_splice(seed: int) -> None:
     """/generate bodies: the same under sampling_params (created, or re-stated last)."""
     _check(seed, generate=True)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(seeds(), st.booleans())
+def test_segments_carry_the_spliced_bytes(seed: int, generate: bool) -> None:
+    """Spliced as segments, a body carries exactly the bytes of the one-piece splice, and its
+    client parts are views of the client's body, not copies."""
+    rng = random.Random(seed)
+    body = (random_generate_body if generate else random_chat_body)(rng, [])
+    try:
+        probe = probe_body(body, generate=generate)
+    except BadRequest:
+        return
+    pairs = [b'"top_p":0.5', b'"n":1']
+    joined = splice(probe, body, pairs, segmented_from=1 << 62)
+    segmented = splice(probe, body, pairs, segmented_from=0)
+    assert isinstance(joined, bytes) and isinstance(segmented, SplicedBody)
+    assert bytes(segmented) == joined and len(segmented) == len(joined)
+    first, last = segmented.segments[0], segmented.segments[-1]
+    assert isinstance(first, memoryview) and first.obj is body
+    assert isinstance(last, memoryview) and last.obj is body
+
+
+def test_a_large_body_is_spliced_as_segments() -> None:
+    """A multi-MiB chat body comes back as segments whose bytes the engine reads with the
+    injected values last, everything else unchanged."""
+    doc = {
+        "model": "m",
+        "messages": [{"role": "user", "content": 'caf\u00e9 "q"\n' * 40_000}] * 8,
+        "temperature": 0.7,
+    }
+    body = json.dumps(doc).encode()
+    assert len(body) > 2 * SEGMENTED_FROM
+    contract = SamplingContract({"temperature": Exact(0.7), "top_p": Exact(0.95), "n": Exact(2)})
+    out = enforce(compile_contract(contract, scope="*", revision=1), probe_body(body), body)
+    assert isinstance(out, SplicedBody)
+    assert json.loads(bytes(out)) == {**doc, "top_p": 0.95, "n": 2}
+    small = json.dumps({**doc, "messages": []}).encode()
+    assert isinstance(
+        enforce(compile_contract(contract, scope="*", revision=1), probe_body(small), small), bytes
+    )
