@@ -41,12 +41,31 @@ R = TypeVar("R")
 M = TypeVar("M", bound=Message)
 
 
-def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--control-plane", default=DEFAULT_CONTROL_PLANE, metavar="HOST:PORT")
-    parser.add_argument("--token", default=None, help="bearer token (see the control plane's --auth-tokens)")
-    parser.add_argument("--tls-ca", default=None, metavar="FILE", help="use TLS, trusting this CA (PEM)")
-    parser.add_argument("--output", choices=("table", "json"), default="table")
-    parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="per-call deadline")
+def add_connection_arguments(parser: argparse.ArgumentParser, *, inherited: bool = False) -> None:
+    """The connection flags; ``inherited``: on an action's parser (``contract list``) under a
+    command's parser that has them too, so ``contract --output json list`` works as well as
+    ``contract list --output json`` (unset here, they leave the command's value alone)."""
+    actions = [
+        parser.add_argument("--control-plane", default=DEFAULT_CONTROL_PLANE, metavar="HOST:PORT"),
+        parser.add_argument(
+            "--token", default=None, help="bearer token (see the control plane's --auth-tokens)"
+        ),
+        parser.add_argument("--tls-ca", default=None, metavar="FILE", help="use TLS, trusting this CA (PEM)"),
+        parser.add_argument(
+            "--tls-cert",
+            default=None,
+            metavar="FILE",
+            help="client certificate for mTLS (PEM; with --tls-ca)",
+        ),
+        parser.add_argument(
+            "--tls-key", default=None, metavar="FILE", help="client private key for mTLS (PEM)"
+        ),
+        parser.add_argument("--output", choices=("table", "json"), default="table"),
+        parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="per-call deadline"),
+    ]
+    if inherited:
+        for action in actions:
+            action.default = argparse.SUPPRESS
 
 
 class CommandError(Exception):
@@ -66,27 +85,39 @@ class ControlPlaneClient:
     """A channel to the control plane plus the caller's metadata and deadline."""
 
     def __init__(
-        self, target: str, *, token: str | None = None, tls_ca: str | None = None, timeout_s: float = 10.0
+        self,
+        target: str,
+        *,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        timeout_s: float = 10.0,
     ) -> None:
         self.target = target
         self.timeout_s = timeout_s
         self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
-        if tls_ca is None:
+        if (tls_cert is None) != (tls_key is None):
+            raise CommandError("--tls-cert and --tls-key: give both or neither", USAGE_ERROR_EXIT)
+        if tls_ca is None and tls_cert is None:
             self.channel = grpc.insecure_channel(target)
         else:
-            try:
-                with open(tls_ca, "rb") as f:
-                    ca = f.read()
-            except OSError as exc:
-                raise CommandError(
-                    f"--tls-ca {tls_ca}: cannot read ({exc.strerror})", USAGE_ERROR_EXIT
-                ) from None
-            self.channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=ca))
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read_pem("--tls-ca", tls_ca),
+                private_key=_read_pem("--tls-key", tls_key),
+                certificate_chain=_read_pem("--tls-cert", tls_cert),
+            )
+            self.channel = grpc.secure_channel(target, credentials)
 
     @staticmethod
     def from_args(args: argparse.Namespace) -> ControlPlaneClient:
         return ControlPlaneClient(
-            args.control_plane, token=args.token, tls_ca=args.tls_ca, timeout_s=args.timeout_s
+            args.control_plane,
+            token=args.token,
+            tls_ca=args.tls_ca,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            timeout_s=args.timeout_s,
         )
 
     def call(self, method: Callable[..., R], request: Message) -> R:
@@ -106,6 +137,16 @@ class ControlPlaneClient:
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _read_pem(flag: str, path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise CommandError(f"{flag} {path}: cannot read ({exc.strerror})", USAGE_ERROR_EXIT) from None
 
 
 def run_query(
@@ -137,9 +178,13 @@ def describe_rpc_error(exc: grpc.RpcError, target: str) -> str:
     return f"{name}: {details}"
 
 
-def message_json(message: Message) -> str:
-    """protobuf's JSON mapping (SPEC §1 ``--output json``)."""
-    return json_format.MessageToJson(message, indent=2)
+def message_json(message: Message, indent: int | None = 2) -> str:
+    """protobuf's JSON mapping (SPEC §1 ``--output json``), zero values included.
+
+    The mapping leaves out fields at their default unless asked: a script reading
+    ``.total`` of ``stats`` or ``.ranks[0].dpRank`` of ``loads`` must find 0, not nothing.
+    """
+    return json_format.MessageToJson(message, indent=indent, always_print_fields_with_no_presence=True)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

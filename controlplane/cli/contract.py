@@ -39,33 +39,36 @@ _CONFLICT = {contract_pb2.CONFLICT_POLICY_ALLOW: "allow"}  # unset/REJECT -> "re
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_connection_arguments(parser)
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    add_connection_arguments(sub.add_parser("list", help="live contracts and the store revision"))
+    add_connection_arguments(
+        sub.add_parser("list", help="live contracts and the store revision"), inherited=True
+    )
     get = sub.add_parser("get", help="the current version of one scope")
     get.add_argument("--scope", required=True, help='"*" (fleet default) or a model name')
-    add_connection_arguments(get)
+    add_connection_arguments(get, inherited=True)
     put = sub.add_parser("set", help="write a new version of a scope (creating it if needed)")
     put.add_argument("--scope", required=True, help='"*" (fleet default) or a model name')
     put.add_argument("--conflict", choices=("reject", "allow"), default="reject")
     put.add_argument("--expected-version", type=int, default=None, help="0 = the scope must not exist")
     put.add_argument("--comment", default="", help="kept in the history")
     put.add_argument("json", metavar="JSON", help="contract, as --override-sampling-params; - for stdin")
-    add_connection_arguments(put)
+    add_connection_arguments(put, inherited=True)
     delete = sub.add_parser("delete", help="delete a scope (as a new version)")
     delete.add_argument("--scope", required=True)
     delete.add_argument("--expected-version", type=int, default=None)
     delete.add_argument("--comment", default="")
-    add_connection_arguments(delete)
+    add_connection_arguments(delete, inherited=True)
     history = sub.add_parser("history", help="every version of a scope, newest first")
     history.add_argument("--scope", required=True)
     history.add_argument("--limit", type=int, default=50, help="at most this many versions")
-    add_connection_arguments(history)
+    add_connection_arguments(history, inherited=True)
     rollback = sub.add_parser("rollback", help="write the content of an earlier version as a new one")
     rollback.add_argument("--scope", required=True)
     rollback.add_argument("--version", type=int, required=True, help="the version to restore")
     rollback.add_argument("--expected-version", type=int, default=None)
     rollback.add_argument("--comment", default="")
-    add_connection_arguments(rollback)
+    add_connection_arguments(rollback, inherited=True)
 
 
 def _params(c: contract_pb2.Contract) -> str:

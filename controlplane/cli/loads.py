@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterable
 
 import grpc
-from google.protobuf import json_format
 
 from controlplane.cli.client import (
     CommandError,
@@ -135,7 +134,7 @@ def _watch(args: argparse.Namespace, client: ControlPlaneClient, stub: load_pb2_
             if item is not _NOTHING:
                 assert isinstance(item, load_pb2.WatchLoadsResponse)
                 if args.output == "json":
-                    print(json_format.MessageToJson(item, indent=None), flush=True)
+                    print(message_json(item, indent=None), flush=True)
                     continue
                 if item.full:
                     view = {}

@@ -58,7 +58,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         module.add_arguments(cmd)
         cmd.set_defaults(_run=module.run)
     ns = parser.parse_args(args)
-    return int(ns._run(ns))
+    try:
+        return int(ns._run(ns))
+    except BrokenPipeError:
+        # The reader went away (``fleetplane contract list | head -1``): no traceback, and no
+        # second error when the interpreter flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def _not_built(name: str) -> Callable[[argparse.Namespace], int]:

@@ -36,8 +36,9 @@ ADD_MIN_TIMEOUT_S = 30.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_connection_arguments(parser)
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    add_connection_arguments(sub.add_parser("list", help="registered workers"))
+    add_connection_arguments(sub.add_parser("list", help="registered workers"), inherited=True)
     add = sub.add_parser("add", help="register a worker (or replace its registration)")
     add.add_argument("url", metavar="URL", help="http://HOST:PORT or h2c://HOST:PORT")
     add.add_argument("--protocol", choices=tuple(PROTOCOLS), default="auto")
@@ -55,10 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="served model (repeat); default: /v1/models",
     )
-    add_connection_arguments(add)
+    add_connection_arguments(add, inherited=True)
     remove = sub.add_parser("remove", help="deregister a worker")
     remove.add_argument("url", metavar="URL")
-    add_connection_arguments(remove)
+    add_connection_arguments(remove, inherited=True)
 
 
 def render(workers: list[load_pb2.Worker]) -> str:
