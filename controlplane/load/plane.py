@@ -185,6 +185,20 @@ class LoadPlane:
             await self._registry.delete(url)
             self._forget(url)
 
+    async def reload(self) -> None:
+        """Take up the registry as stored: another control plane on a shared (etcd) store changed it.
+
+        Under the lock, so a listing never undoes a change this plane committed after it;
+        workers whose record is unchanged keep their subscriptions.
+        """
+        async with self._lock:
+            stored = {record.url: record for record in await self._registry.list()}
+            for url in [url for url in self._workers if url not in stored]:
+                self._forget(url)
+            for url, record in stored.items():
+                if self._workers.get(url) != record:
+                    self._apply(record)
+
     def _apply(self, record: WorkerRecord) -> None:
         # Every (re)registration reconnects: the engine behind the URL may have restarted.
         self._workers[record.url] = record
