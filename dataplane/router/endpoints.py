@@ -5,11 +5,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import msgspec
 
 from dataplane.http import Responder
-from dataplane.router.errors import ContractUnavailable, NoHealthyWorkers, RouterError, error_body
+from dataplane.router.errors import (
+    ContractUnavailable,
+    ModelNotFound,
+    NoHealthyWorkers,
+    RouterError,
+    error_body,
+)
 from dataplane.router.headers import Headers
 from dataplane.router.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from dataplane.router.metrics import RouterMetrics, RouteStats
@@ -18,6 +25,7 @@ from dataplane.router.state import RouterState
 JSON: Headers = [(b"content-type", b"application/json")]
 _encode = msgspec.json.Encoder().encode
 _OK = b'{"status":"ok"}'
+_MODEL_PREFIX = b"/v1/models/"
 
 Answer = Callable[[Responder], int]
 
@@ -49,16 +57,27 @@ class Endpoints:
             )
         }
 
+        self._model_stats = metrics.route("/v1/models/{model}")
+
     def get(self, path: bytes) -> tuple[RouteStats, Answer] | None:
-        return self._table.get(path)
+        found = self._table.get(path)
+        if found is None and path.startswith(_MODEL_PREFIX) and len(path) > len(_MODEL_PREFIX):
+            # OpenAI's GET /v1/models/{model} (client.models.retrieve); ids may hold slashes.
+            model = path[len(_MODEL_PREFIX) :].decode("utf-8", "replace")
+            return self._model_stats, partial(self.model, model)
+        return found
 
     def models(self, responder: Responder) -> int:
         """OpenAI's model list, for the models at least one healthy worker serves."""
-        data = [
-            {"id": m, "object": "model", "created": 0, "owned_by": "fleetplane"}
-            for m in self._state.workers.healthy_models()
-        ]
+        data = [_model_object(m) for m in self._state.workers.healthy_models()]
         responder.respond(200, JSON, _encode({"object": "list", "data": data}))
+        return 200
+
+    def model(self, model: str, responder: Responder) -> int:
+        """One model of the list, or 404 model_not_found when no healthy worker serves it."""
+        if model not in self._state.workers.healthy_models():
+            return answer_error(responder, ModelNotFound(f"no worker serves the model '{model[:200]}'"))
+        responder.respond(200, JSON, _encode(_model_object(model)))
         return 200
 
     def health(self, responder: Responder) -> int:
@@ -88,3 +107,7 @@ class Endpoints:
             return answer_error(responder, ContractUnavailable())
         responder.respond(200, JSON, _encode(contracts.to_json()))
         return 200
+
+
+def _model_object(model: str) -> dict[str, object]:
+    return {"id": model, "object": "model", "created": 0, "owned_by": "fleetplane"}

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import openai
 import pytest
 
-from tests.e2e.audit.conftest import envelope, h2c_requests, request
+from tests.e2e.audit.conftest import MODEL, envelope, h2c_requests, request
 from tests.fakes.router import RouterProcess
 
 GET_PATHS = ["/health", "/readiness", "/v1/models", "/contract"]
@@ -60,3 +61,13 @@ def test_unknown_path_is_404_in_the_envelope(router: RouterProcess) -> None:
         assert answer.status == 404
         if method != "HEAD":
             assert envelope(answer)["code"] == "not_found"
+
+
+def test_openai_models_retrieve(router: RouterProcess) -> None:
+    """GET /v1/models/{model} (openai's models.retrieve) answers a served model, else 404 model_not_found."""
+    client = openai.OpenAI(base_url=router.url + "/v1", api_key="unused", max_retries=0, timeout=10)
+    assert client.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.models.retrieve("org/not-served")
+    assert caught.value.body["code"] == "model_not_found"  # type: ignore[index]
+    assert request(router, "HEAD", f"/v1/models/{MODEL}").status == 200
