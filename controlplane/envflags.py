@@ -33,6 +33,15 @@ class _BadEnvValue:
         self.message = message
 
 
+class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a flag's default (the environment's value when set) unless there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default == []:
+            return action.help  # "(default: None)" tells the operator nothing
+        return super()._get_help_string(action)
+
+
 class EnvArgumentParser(argparse.ArgumentParser):
     """An ArgumentParser whose long options take their default from the environment."""
 
@@ -40,7 +49,7 @@ class EnvArgumentParser(argparse.ArgumentParser):
         self._environ = os.environ if environ is None else environ
         # Repeatable flags set from the environment: replaced, not extended, by the command line.
         self._env_lists: list[argparse.Action] = []
-        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        kwargs.setdefault("formatter_class", _DefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
 
     def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:

@@ -62,3 +62,12 @@ def test_parse_errors_are_one_line_naming_flag_and_value(capsys: pytest.CaptureF
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith("t: ") and "--policy" in err and "'random'" in err and "least_load" in err
+
+
+def test_help_shows_defaults_but_not_missing_ones() -> None:
+    """--help prints real defaults; a flag without one gets no "(default: None)" noise."""
+    p = _parser({})
+    p.add_argument("--router-id", default=None, help="name")
+    text = p.format_help()
+    assert "(default: 10)" in text
+    assert "(default: None)" not in text and "(default: [])" not in text
