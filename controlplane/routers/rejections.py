@@ -66,6 +66,14 @@ class RejectionLedger:
                 grew = True
         return grew
 
+    def merge(self, rows: Iterable[RejectionRow]) -> None:
+        """Take up stored counts (written by another control plane on a shared store): the higher
+        count of each entry wins, so merging the same rows again changes nothing."""
+        for row in rows:
+            key = (row.router_id, row.boot_id, row.scope, row.param)
+            if row.count > self._counts.get(key, 0):
+                self._counts[key] = row.count
+
     def has_dirty(self) -> bool:
         """True when some count changed since the last ``take_dirty()``."""
         return bool(self._dirty)

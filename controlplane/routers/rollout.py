@@ -66,6 +66,14 @@ class RolloutBoard:
         ):
             self._dirty.add(record.router_id)
 
+    def merge(self, records: Iterable[RouterRecord]) -> None:
+        """Take up stored records (another control plane on a shared store heard from these
+        routers): a record newer than the one held wins; connections stay this plane's own."""
+        for record in records:
+            held = self._records.get(record.router_id)
+            if held is None or record.last_report_unix_s > held.last_report_unix_s:
+                self._records[record.router_id] = record
+
     def touch_dirty(self, router_id: str) -> None:
         """Mark a record to be written at the next flush (e.g. its stream ended)."""
         if router_id in self._records:

@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import grpc
 import structlog
 from grpc import aio
 
-from controlplane.errors import Unavailable
+from controlplane.errors import ControlPlaneError, Unavailable
 from controlplane.load.convert import worker_load, worker_message
 from controlplane.load.encoding import watch_response
 from controlplane.load.hub import Delta
 from controlplane.load.plane import LoadPlane
 from controlplane.load.status import render_loads
 from controlplane.server.component import AppContext, Component, ServiceBinding
+from controlplane.store.etcd_workers import EtcdWorkerRegistry
 from controlplane.v1 import load_pb2, load_pb2_grpc
 
 log = structlog.get_logger("controlplane.loads")
@@ -156,6 +157,21 @@ def add_to_server(servicer: LoadServicer, server: aio.Server) -> None:
     server.add_registered_method_handlers(SERVICE_NAME, handlers)  # type: ignore[attr-defined]  # grpc-stubs predates it
 
 
+def _follow_registry(
+    plane: LoadPlane, registry: EtcdWorkerRegistry
+) -> Callable[[], Coroutine[Any, Any, None]]:
+    """A task taking up registrations made through the other control planes on the etcd store."""
+
+    async def follow() -> None:
+        async for _ in registry.changes():
+            try:
+                await plane.reload()
+            except ControlPlaneError as exc:  # e.g. etcd went away between the event and the read
+                log.warning("worker_registry_reload_failed", error=exc.message)
+
+    return follow
+
+
 async def load_component(ctx: AppContext) -> Component:
     """LoadService, its ingest and push tasks, and the worker-load section of the status page."""
     plane = LoadPlane(
@@ -164,9 +180,12 @@ async def load_component(ctx: AppContext) -> Component:
         push_interval_s=ctx.settings.load_push_interval_ms / 1000,
     )
     await plane.start()
+    background = [plane.hub.run, plane.run_rediscovery]
+    if isinstance(ctx.workers, EtcdWorkerRegistry):
+        background.append(_follow_registry(plane, ctx.workers))
     return Component(
         services=[ServiceBinding(add_to_server, LoadServicer(plane), SERVICE_NAME)],
-        background=[plane.hub.run, plane.run_rediscovery],
+        background=background,
         status_sections=[("Worker load", lambda: render_loads(plane.workers(), plane.loads()))],
         on_shutdown=[plane.stop],
     )

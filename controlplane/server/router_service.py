@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any
 
 import grpc
 import structlog
@@ -25,6 +26,7 @@ from controlplane.routers.rejections import RejectionLedger, RejectionTotals
 from controlplane.routers.rollout import RolloutBoard, RouterRecord, RouterView
 from controlplane.server.component import AppContext, Component, ServiceBinding
 from controlplane.server.metrics import WATCHERS
+from controlplane.store.etcd_routers import EtcdRouterStatsStore
 from controlplane.store.routers import (
     RouterStatsStore,
     RouterStoreError,
@@ -163,6 +165,12 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
             log.info("router_stats_write_recovered")
         self._failing = False
 
+    async def refresh(self) -> None:
+        """Merge in what the store holds (what other control planes on a shared store wrote)."""
+        records, rows = await self._store.load()
+        self._board.merge(records)
+        self._ledger.merge(rows)
+
     async def run_flusher(self) -> None:
         """Write changes at most once per interval until cancelled; then write what is left."""
         try:
@@ -263,6 +271,22 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
         )
 
 
+def _follow_store(
+    service: RouterService, store: EtcdRouterStatsStore
+) -> Callable[[], Coroutine[Any, Any, None]]:
+    """A task merging in what the other control planes on the etcd store wrote: reports that
+    reached them count in this plane's GetRejectionStats and ListRouters too."""
+
+    async def follow() -> None:
+        async for _ in store.changes():
+            try:
+                await service.refresh()
+            except RouterStoreError as exc:
+                log.warning("router_stats_refresh_failed", error=str(exc))
+
+    return follow
+
+
 async def router_component(ctx: AppContext) -> Component:
     """RouterService, its flusher, and the routers and rejections sections of the status page."""
     store = ctx.router_stats
@@ -277,9 +301,12 @@ async def router_component(ctx: AppContext) -> Component:
         revision = ctx.store.snapshot().revision
         return render_routers(service.views(revision), revision, time.time())
 
+    background = [service.run_flusher]
+    if isinstance(store, EtcdRouterStatsStore):
+        background.append(_follow_store(service, store))
     return Component(
         services=[ServiceBinding(router_pb2_grpc.add_RouterServiceServicer_to_server, service, SERVICE_NAME)],
-        background=[service.run_flusher],
+        background=background,
         status_sections=[
             ("Routers", routers_section),
             ("Rejections", lambda: render_rejections(service.totals())),

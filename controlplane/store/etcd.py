@@ -36,7 +36,15 @@ import structlog
 from controlplane.contracts import SamplingContract, contract_to_json, parse_contract_json
 from controlplane.errors import InvalidArgument, NotFound, Unavailable, VersionMismatch
 from controlplane.settings import EtcdLocation
-from controlplane.store.etcd_client import EtcdClient, Message, get, mod_revision_is, prefix_end, put
+from controlplane.store.etcd_client import (
+    BACKOFF_S,
+    EtcdClient,
+    Message,
+    get,
+    mod_revision_is,
+    prefix_end,
+    put,
+)
 from controlplane.store.model import EMPTY_SNAPSHOT, ChangeKind, ContractVersion, HistoryPage, Snapshot
 
 log = structlog.get_logger(__name__)
@@ -48,7 +56,6 @@ MAX_WRITE_ATTEMPTS = 32
 # (the change is committed either way; this only keeps read-your-writes in the common case).
 OWN_WRITE_VISIBLE_S = 2.0
 EVENT_PUT = 0  # mvccpb.Event.EventType
-RESYNC_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)
 # What a write makes of (head, rollback target): the version to append; raises to write nothing.
 Change = Callable[[ContractVersion | None, ContractVersion | None], ContractVersion]
 
@@ -323,13 +330,11 @@ class EtcdStore:
                 async for response in self.client.watch(
                     self._watch_prefix, prefix_end(self._watch_prefix), etcd_revision + 1
                 ):
-                    if response.canceled or response.compact_revision:
-                        raise Unavailable(f"watch cancelled: {response.cancel_reason or 'compacted'}")
                     self._take(response)
                     etcd_revision = max(etcd_revision, int(response.header.revision))
                     attempt = 0
             except Unavailable as exc:
-                delay = RESYNC_BACKOFF_S[min(attempt, len(RESYNC_BACKOFF_S) - 1)]
+                delay = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
                 if attempt == 0:
                     log.warning("etcd_watch_broken", store=str(self.client.location), error=exc.message)
                 attempt += 1

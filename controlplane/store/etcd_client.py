@@ -28,6 +28,8 @@ from controlplane.settings import Address, EtcdLocation
 CALL_TIMEOUT_S = 5.0
 # How long startup waits for the first connection before it gives up with a startup error.
 CONNECT_TIMEOUT_S = 3.0
+# Between attempts to re-establish a broken watch.
+BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)
 # etcd's default --max-txn-ops is 128; callers chunk below it.
 MAX_TXN_OPS = 100
 # These mean "try again later" (no leader, connection refused, out of space), not a bug of ours.
@@ -179,7 +181,8 @@ class EtcdClient:
     async def watch(self, key: bytes, range_end: bytes, start_revision: int) -> AsyncIterator[Message]:
         """``WatchResponse`` messages for the range from ``start_revision`` on, until the stream ends.
 
-        Raises ``Unavailable`` when the stream breaks; the caller resynchronises and watches again.
+        Raises ``Unavailable`` when the stream breaks or etcd cancels the watch (e.g. the start
+        revision was compacted); the caller resynchronises and watches again.
         """
         if self._channel is None:
             raise Unavailable("the etcd store is closed")
@@ -188,9 +191,35 @@ class EtcdClient:
         try:
             await call.write(rpc.WatchRequest(create_request=create))
             async for response in call:
+                if response.canceled or response.compact_revision:
+                    reason = response.cancel_reason or f"compacted at {response.compact_revision}"
+                    raise Unavailable(f"etcd at {self.endpoints} cancelled the watch ({reason})")
                 yield response
         except aio.AioRpcError as exc:
             raise self.error(exc) from exc
         finally:
             call.cancel()
         raise Unavailable(f"etcd at {self.endpoints} ended the watch")
+
+    async def changes(self, prefix: bytes) -> AsyncIterator[None]:
+        """Yield once at once, then after every change under ``prefix``; never ends until closed.
+
+        For state each control plane re-reads when another one changes it (the worker registry,
+        router stats). After a broken watch it yields again once etcd answers (a change may have
+        been missed meanwhile), backing off while it does not.
+        """
+        attempt = 0
+        while True:
+            try:
+                response = await self.call(
+                    self._kv.Range,
+                    rpc.RangeRequest(key=prefix, range_end=prefix_end(prefix), count_only=True),
+                )
+                yield None
+                async for event in self.watch(prefix, prefix_end(prefix), int(response.header.revision) + 1):
+                    attempt = 0
+                    if event.events:
+                        yield None
+            except Unavailable:
+                await asyncio.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+                attempt += 1

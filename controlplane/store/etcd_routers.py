@@ -16,7 +16,7 @@ the same maximum again (nothing double counted).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from urllib.parse import quote, unquote
 
 from controlplane.errors import ControlPlaneError
@@ -86,6 +86,10 @@ class EtcdRouterStatsStore:
 
     async def close(self) -> None:
         """Nothing to do: the client belongs to the contract store, which closes it."""
+
+    def changes(self) -> AsyncIterator[None]:
+        """Yields after every change under ``/PREFIX/routers/``, by any control plane."""
+        return self._client.changes(self._client.key("routers", ""))
 
     async def _raise_counts(self, items: list[tuple[bytes, RejectionRow]]) -> None:
         for _ in range(MAX_ATTEMPTS):

@@ -2,13 +2,14 @@
 
 One key per worker, ``/PREFIX/workers/URL`` (URL percent-encoded), holding the record as JSON.
 Each change is one etcd transaction, acknowledged once a quorum has it (SPEC §6 "Durability").
-Control planes on one prefix see the same registry; each reads it when it starts.
+Control planes on one prefix see the same registry: each reads it when it starts and again
+whenever the watch on ``/PREFIX/workers/`` reports a change (``changes``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from urllib.parse import quote
 
 from controlplane.load.registration import Protocol, WorkerRecord
@@ -78,3 +79,7 @@ class EtcdWorkerRegistry:
     async def delete(self, url: str) -> bool:
         response = await self._client.txn((), [delete(self._key(url))])
         return int(response.responses[0].response_delete_range.deleted) > 0
+
+    def changes(self) -> AsyncIterator[None]:
+        """Yields after every change to the registry, by any control plane (see ``EtcdClient.changes``)."""
+        return self._client.changes(self._prefix)

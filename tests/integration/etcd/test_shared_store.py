@@ -4,7 +4,7 @@ prefixes are isolated, workers and rejection counts are shared (SPEC §3.2, §6 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -202,3 +202,67 @@ async def test_concurrent_count_writers_keep_the_highest_count(store_url: str, r
     finally:
         for store in stores:
             await store.close()
+
+
+async def _until(read: Callable[[], Awaitable[Any]], expected: Any, timeout_s: float = 5.0) -> None:
+    """Poll ``read()`` until it returns ``expected`` (a change reaches the other plane through a watch)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while (got := await read()) != expected:
+        assert asyncio.get_running_loop().time() < deadline, f"still {got!r}, expected {expected!r}"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_worker_registered_through_one_running_plane_is_listed_by_the_other(
+    control_plane_factory: Factory,
+):
+    """RegisterWorker on A shows in B's ListWorkers while both run; DeregisterWorker on A removes it."""
+    request = load_pb2.RegisterWorkerRequest(
+        url="http://127.0.0.1:9",
+        protocol=load_pb2.WORKER_PROTOCOL_HTTP1,
+        models=["m"],
+        load_endpoints=["tcp://127.0.0.1:9"],
+    )
+    async with (
+        control_plane_factory() as a,
+        control_plane_factory() as b,
+        grpc.aio.insecure_channel(str(a.grpc_address)) as ca,
+        grpc.aio.insecure_channel(str(b.grpc_address)) as cb,
+    ):
+        stub_a, stub_b = load_pb2_grpc.LoadServiceStub(ca), load_pb2_grpc.LoadServiceStub(cb)
+
+        async def listed_by_b() -> list[str]:
+            return [w.url for w in (await stub_b.ListWorkers(load_pb2.ListWorkersRequest())).workers]
+
+        await stub_a.RegisterWorker(request)
+        await _until(listed_by_b, ["http://127.0.0.1:9"])
+        await stub_a.DeregisterWorker(load_pb2.DeregisterWorkerRequest(url="http://127.0.0.1:9"))
+        await _until(listed_by_b, [])
+
+
+async def test_rejections_reported_to_one_running_plane_count_in_the_other(control_plane_factory: Factory):
+    """A router reports to A: B's GetRejectionStats has the same totals while both run."""
+    async with (
+        control_plane_factory() as a,
+        control_plane_factory() as b,
+        grpc.aio.insecure_channel(str(a.grpc_address)) as ca,
+        grpc.aio.insecure_channel(str(b.grpc_address)) as cb,
+    ):
+        call = router_pb2_grpc.RouterServiceStub(ca).ReportRouterStatus()
+        await call.write(
+            router_pb2.ReportRouterStatusRequest(
+                router_id="r1",
+                boot_id="b1",
+                applied_revision=0,
+                rejections=[router_pb2.RejectionCount(scope="*", param="n", count=3)],
+            )
+        )
+        stub_b = router_pb2_grpc.RouterServiceStub(cb)
+
+        async def total_on_b() -> int:
+            return int((await stub_b.GetRejectionStats(router_pb2.GetRejectionStatsRequest())).total)
+
+        await _until(total_on_b, 3)
+        routers = await stub_b.ListRouters(router_pb2.ListRoutersRequest())
+        assert [(r.router_id, r.boot_id) for r in routers.routers] == [("r1", "b1")]
+        await call.done_writing()
+        await call
