@@ -66,7 +66,9 @@ def test_parse_errors_are_one_line_naming_flag_and_value(capsys: pytest.CaptureF
 
 def test_help_shows_defaults_but_not_missing_ones() -> None:
     """--help prints real defaults; a flag without one gets no "(default: None)" noise."""
-    p = _parser({})
+    p = EnvArgumentParser(prog="t", environ={})
+    p.add_argument("--max-body-bytes", type=int, default=10, help="limit")
+    p.add_argument("--worker", action="append", default=[], help="url")
     p.add_argument("--router-id", default=None, help="name")
     text = p.format_help()
     assert "(default: 10)" in text
