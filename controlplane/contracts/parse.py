@@ -212,7 +212,8 @@ def _parse_band(field: Field, pairs: _Pairs) -> Band:
     for name in _BAND_KEYS:
         if name in bounds and not _is_number(bounds[name]):
             raise ContractError(
-                f"{key}: band needs numeric bounds, {json.dumps(name)} is {_show(bounds[name])}",
+                f"{key}: band needs numeric bounds, {json.dumps(name)} is {_show(bounds[name])} "
+                f"(allowed: {field.domain})",
                 field=field.name,
             )
     return Band(bounds["min"], bounds["max"], bounds.get("default"))
@@ -242,7 +243,8 @@ def parse_contract_json(
             spec = _parse_band(field, value)
         else:
             raise ContractError(
-                f'{json.dumps(name)}: {_show(value)} must be a number or a {{"min": LO, "max": HI}} band',
+                f'{json.dumps(name)}: {_show(value)} must be a number or a {{"min": LO, "max": HI}} band '
+                f"(allowed: {field.domain})",
                 field=name,
             )
         params[name] = _check_spec(field, spec, policy)

@@ -21,6 +21,13 @@ def control_plane() -> Iterator[ControlPlaneProcess]:
         yield cp
 
 
+@pytest.fixture(scope="module")
+def shared_control_plane() -> Iterator[ControlPlaneProcess]:
+    """One control plane for a module whose tests change nothing (refusals, read-only calls)."""
+    with ControlPlaneProcess() as cp:
+        yield cp
+
+
 @pytest.fixture
 def channel(control_plane: ControlPlaneProcess) -> Iterator[grpc.Channel]:
     with grpc.insecure_channel(control_plane.target) as ch:

@@ -36,10 +36,16 @@ REFUSALS: list[tuple[str | bytes, str]] = [
     ('{"max_tokens": 1}', f'unknown parameter "max_tokens" (supported: {SUPPORTED})'),
     ('{"Temperature": 1}', f'unknown parameter "Temperature" (supported: {SUPPORTED})'),
     ('{"temperature": 1, "temperature": 1}', '"temperature" is set more than once'),
-    ('{"temperature": "1"}', '"temperature": "1" must be a number or a {"min": LO, "max": HI} band'),
-    ('{"temperature": true}', '"temperature": true must be a number or a {"min": LO, "max": HI} band'),
-    ('{"top_p": null}', '"top_p": null must be a number or a {"min": LO, "max": HI} band'),
-    ('{"n": [1]}', '"n": [1] must be a number or a {"min": LO, "max": HI} band'),
+    (
+        '{"temperature": "1"}',
+        '"temperature": "1" must be a number or a {"min": LO, "max": HI} band (allowed: [0, 2])',
+    ),
+    (
+        '{"temperature": true}',
+        '"temperature": true must be a number or a {"min": LO, "max": HI} band (allowed: [0, 2])',
+    ),
+    ('{"top_p": null}', '"top_p": null must be a number or a {"min": LO, "max": HI} band (allowed: (0, 1])'),
+    ('{"n": [1]}', '"n": [1] must be a number or a {"min": LO, "max": HI} band (allowed: [1, 128])'),
     (
         '{"temperature": {"min": 0}}',
         f'"temperature": band must have both "min" and "max" (a band is {SHAPE}), got {{"min": 0}}',
@@ -49,11 +55,17 @@ REFUSALS: list[tuple[str | bytes, str]] = [
         '{"temperature": {"min": 0, "max": 1, "typo": 1}}',
         f'"temperature": band has unexpected key "typo" (a band is {SHAPE})',
     ),
-    ('{"temperature": {"min": "0", "max": 1}}', '"temperature": band needs numeric bounds, "min" is "0"'),
-    ('{"temperature": {"min": 0, "max": null}}', '"temperature": band needs numeric bounds, "max" is null'),
+    (
+        '{"temperature": {"min": "0", "max": 1}}',
+        '"temperature": band needs numeric bounds, "min" is "0" (allowed: [0, 2])',
+    ),
+    (
+        '{"temperature": {"min": 0, "max": null}}',
+        '"temperature": band needs numeric bounds, "max" is null (allowed: [0, 2])',
+    ),
     (
         '{"temperature": {"min": 0, "max": 1, "default": false}}',
-        '"temperature": band needs numeric bounds, "default" is false',
+        '"temperature": band needs numeric bounds, "default" is false (allowed: [0, 2])',
     ),
     ('{"temperature": {"min": 1.5, "max": 1}}', '"temperature": band min 1.5 is greater than band max 1'),
     (
