@@ -166,18 +166,19 @@ def splice(
     at = probe.insert_at
     lead = b"," if probe.needs_comma else b""
     middle: list[Segment]
-    if probe.generate:
-        existing = probe.sampling_params
-        if existing is None:  # absent or null: create it
-            middle = [lead + _SAMPLING_PARAMS_KEY + b"{" + joined + b"}"]
-        else:
-            # Re-state the winning sampling_params with our pairs last inside it; placed last in
-            # the body, it wins over the client's copy (json.loads: last key wins).
-            view = memoryview(existing)
-            inner_lead = b"" if _EMPTY_OBJECT.fullmatch(view) else b","
-            middle = [b"," + _SAMPLING_PARAMS_KEY, view[:-1], inner_lead + joined + b"}"]
+    if not probe.generate:
+        insertion = lead + joined
+        if len(body) < segmented_from:  # the common case, kept to two concatenations
+            return body[:at] + insertion + body[at:]
+        middle = [insertion]
+    elif probe.sampling_params is None:  # absent or null: create it
+        middle = [lead + _SAMPLING_PARAMS_KEY + b"{" + joined + b"}"]
     else:
-        middle = [lead + joined]
+        # Re-state the winning sampling_params with our pairs last inside it; placed last in the
+        # body, it wins over the client's copy (json.loads: last key wins).
+        view = memoryview(probe.sampling_params)
+        inner_lead = b"" if _EMPTY_OBJECT.fullmatch(view) else b","
+        middle = [b"," + _SAMPLING_PARAMS_KEY, view[:-1], inner_lead + joined + b"}"]
     if len(body) < segmented_from:
         return b"".join((body[:at], *middle, body[at:]))
     whole = memoryview(body)
