@@ -71,7 +71,7 @@ class RejectionLedger:
         count of each entry wins, so merging the same rows again changes nothing."""
         for row in rows:
             key = (row.router_id, row.boot_id, row.scope, row.param)
-            if row.count > self._counts.get(key, 0):
+            if key not in self._counts or row.count > self._counts[key]:
                 self._counts[key] = row.count
 
     def has_dirty(self) -> bool:

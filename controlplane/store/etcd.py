@@ -333,13 +333,15 @@ class EtcdStore:
                     self._take(response)
                     etcd_revision = max(etcd_revision, int(response.header.revision))
                     attempt = 0
-            except Unavailable as exc:
+            except Exception as exc:
+                # Broad on purpose: this task is what keeps every watcher of this plane current,
+                # so it must outlive anything (etcd away, a record it cannot read) and retry.
                 delay = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
                 if attempt == 0:
-                    log.warning("etcd_watch_broken", store=str(self.client.location), error=exc.message)
+                    log.warning("etcd_watch_broken", store=str(self.client.location), error=str(exc))
                 attempt += 1
                 await asyncio.sleep(delay)
-                with contextlib.suppress(Unavailable):
+                with contextlib.suppress(Exception):
                     etcd_revision = await self._resync()
                     log.info("etcd_watch_resumed", store=str(self.client.location))
 

@@ -220,6 +220,6 @@ class EtcdClient:
                     attempt = 0
                     if event.events:
                         yield None
-            except Unavailable:
+            except ControlPlaneError:  # etcd away or refusing: wait, then read again and re-watch
                 await asyncio.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
                 attempt += 1
