@@ -18,13 +18,13 @@ import grpc
 import structlog
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from controlplane.server.auth import TokenFileError, TokenTable, load_tokens
 from controlplane.server.component import AppContext, Component, ComponentFactory
 from controlplane.server.contract_service import contract_component
 from controlplane.server.contract_views import ContractViews
+from controlplane.server.health import ListingHealthServicer
 from controlplane.server.http import StatusHttpServer
 from controlplane.server.interceptor import ServiceInterceptor
 from controlplane.server.load_service import load_component
@@ -78,7 +78,7 @@ class ControlPlane:
         self.contracts = ContractViews(self.store)
         self._components: list[Component] = []
         self._server: aio.Server | None = None
-        self._health = HealthServicer()
+        self._health = ListingHealthServicer()
         self._tasks: list[asyncio.Task[None]] = []
         self._http: StatusHttpServer | None = None
         self._stopping = False
