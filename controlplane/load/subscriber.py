@@ -1,84 +1,120 @@
-"""The ZMQ ingest (adapter): one SUB socket per (worker, dp rank), SPEC §7.
+"""The load ingest (adapter): one SUB connection per (worker, dp rank), SPEC §7.
 
-Every socket's ``ZMQ_FD`` is registered in one selector (epoll on Linux) of our own, and
-only that selector's FD is watched by the event loop. Wakeups are coalesced: when it
-signals, the loop stops watching it for ``COALESCE_S`` and then drains, in one callback,
-every socket that became ready meanwhile, within a per-batch budget. At a thousand sockets
-each frame arrives alone on its own connection; this turns 20 000 reader callbacks a second
-into a few hundred bounded ones, so the push timer fires closer to on time. It did not
-lower CPU per frame when the process had CPU to spare: that is the per-socket libzmq calls
-below (``bench/load_ingest.py``, bench/README.md).
+Each rank's connection is a ZMTP 3.0 SUB peer of our own (``zmtp.py``) on a plain TCP
+socket, not a libzmq socket: at a thousand publishers every frame arrives alone on its
+connection, and going through libzmq (its I/O thread, the socket's mailbox, pyzmq's calls
+per frame part) cost ~45 µs of CPU per frame; here a frame costs one ``recv`` and the
+parsing (bench/README.md, ``bench/load_ingest.py``).
 
-The FD is edge-triggered (libzmq signals "something changed", not "readable"), so a
-socket's drain always runs until nothing is left; one that stops early (the per-socket
-budget, for fairness) goes to the back of the queue and is drained in a later batch.
+Two paths per connection:
+
+* connecting (rare, one task per rank): resolve, connect, greeting, NULL handshake,
+  subscription; on failure or loss, again after 100 ms doubling to 2 s (libzmq's
+  reconnect defaults, as sgl-router's subscriber uses them);
+* receiving (hot): every established socket is in one level-triggered selector of ours
+  and only that selector is watched by the event loop. When it signals, one callback
+  reads every ready socket once: all frames that arrived meanwhile (several per socket
+  when we fell behind: a backlog is worked off in one read, not frame by frame). Batches
+  run at most once per ``TICK_S``: under a steady stream of frames each batch takes what
+  arrived over the tick instead of waking per frame, while a frame after a quiet spell
+  is read at once. An idle ingest costs nothing.
 
 Frames are decoded with the shared codec and accounted in the pure ``LoadTable``;
 malformed ones are counted and dropped, logged once per episode: the ingest never dies on
-bad input. ``zmq.ZMQError`` never leaves this module.
+bad input. A peer that breaks ZMTP (or sends a frame over ``MAX_MESSAGE_BYTES``) is
+disconnected and reconnected, as libzmq does. ``OSError`` never leaves this module.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import selectors
+import socket
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
-import zmq
 
 from controlplane.load import metrics
 from controlplane.load.table import FrameOutcome, LoadTable, RankState
 from controlplane.load.wire import WireError, decode_frame
+from controlplane.load.zmtp import (
+    GREETING,
+    GREETING_BYTES,
+    FrameReader,
+    ZmtpError,
+    check_greeting,
+    ready_command,
+    subscribe_message,
+)
 
 log = structlog.get_logger(__name__)
 
-# A rank publishes a few frames a second; 128 queued frames is seconds of backlog. Past
-# it, libzmq drops new frames, which then show up as sequence gaps (counted).
-RCVHWM = 128
-# Bigger frames than this make libzmq drop the connection (it reconnects) instead of
-# buffering them: a hostile or broken peer cannot make us allocate without bound. Frames
-# up to this size are received and refused by the codec (counted as malformed).
+# Bigger frames than this drop the connection (it reconnects) instead of being buffered:
+# a hostile or broken peer cannot make us allocate without bound. Frames up to this size
+# are received and refused by the codec (counted as malformed).
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-# Frames handled per socket per turn (fairness between sockets) and per batch (a batch
-# is one event-loop callback: ~15 ms at most, so gRPC and the watch pushes run between).
-DRAIN_BUDGET = 16
-BATCH_BUDGET = 1000
-# How long signals are collected before a batch drains them: bounds the added latency
-# (the WatchLoads target is p99 < 150 ms at a 50 ms push interval, issue 5).
-COALESCE_S = 0.005
-# libzmq's default cap is 1023 sockets per context: a fleet of 1000 workers x dp 8 needs more.
-MAX_SOCKETS = 65536
-# Reconnect backoff as in sgl-router's subscriber: 100 ms doubling to a 2 s cap.
-RECONNECT_IVL_MS = 100
-RECONNECT_IVL_MAX_MS = 2000
-# A silently dead engine host is detected by TCP keepalive (then libzmq reconnects), NOT by
-# ZMTP heartbeats: with a receive HWM, a SUB whose queue is full stops reading, misses the
-# PINGs, reconnects, and libzmq <= 4.3.5 then aborts the whole process on
-# "Assertion failed: _input_stopped" (zeromq/libzmq#3937, #4767). Seen here under load.
+# At most one batch per tick: at 20 000 frames/s a batch reads ~100 frames instead of one
+# wakeup each; bounds the added latency (WatchLoads target: p99 < 150 ms, issue 5).
+TICK_S = 0.005
+# One read per ready socket per batch: ~400 frames, so a backlog is read in a few turns.
+RECV_BYTES = 16 * 1024
+# Frames accounted per batch (one event-loop callback) before the rest waits for the next
+# turn, so gRPC and the watch pushes run in between even while a backlog is worked off.
+BATCH_BUDGET = 4000
+# Reconnect backoff as in sgl-router's subscriber (libzmq's RECONNECT_IVL, _MAX).
+RECONNECT_IVL_S = 0.1
+RECONNECT_IVL_MAX_S = 2.0
+# Connect + ZMTP handshake; libzmq's handshake interval is 30 s, a loopback one takes ms.
+HANDSHAKE_TIMEOUT_S = 10.0
+# A silently dead engine host is detected by TCP keepalive (then we reconnect), not by
+# ZMTP heartbeats: SGLang's publisher does not enable them (we answer PINGs regardless).
 TCP_KEEPALIVE_IDLE_S = 10
 TCP_KEEPALIVE_INTVL_S = 5
 TCP_KEEPALIVE_CNT = 3
 
 
 class SubscribeError(ValueError):
-    """An endpoint libzmq refused to connect to."""
+    """An endpoint that is not ``tcp://HOST:PORT``."""
 
 
 @dataclass(slots=True, eq=False)
-class _Subscription:
+class _Link:
+    """One rank's subscription: the connecting task owns ``sock`` until it is established."""
+
     rank: RankState
-    sock: zmq.Socket[bytes]
-    fd: int
+    host: str
+    port: int
+    family: int
+    topic: bytes
+    sock: socket.socket | None = None
+    reader: FrameReader | None = None
+    task: asyncio.Task[None] | None = None
+    lost: asyncio.Future[None] | None = None
     closed: bool = False
-    queued: bool = False
+    failures: int = 0
+
+
+def parse_endpoint(endpoint: str) -> tuple[str, int, int]:
+    """``(host, port, address family)`` of ``tcp://HOST:PORT`` (IPv6 literals in brackets).
+
+    A host name resolves to IPv4 only, as libzmq's with ``ZMQ_IPV6`` off (what SGLang's
+    publisher binds for a non-IPv6 endpoint).
+    """
+    if not endpoint.startswith("tcp://"):
+        raise SubscribeError(f"not a tcp:// endpoint: {endpoint!r}")
+    host, sep, port_text = endpoint[6:].rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise SubscribeError(f"not tcp://HOST:PORT: {endpoint!r}")
+    if host.startswith("[") and host.endswith("]"):
+        return host[1:-1], int(port_text), socket.AF_INET6
+    return host, int(port_text), socket.AF_INET
 
 
 class LoadSubscriber:
-    """Owns the ZMQ context and every SUB socket; feeds frames into ``table``.
+    """Owns every rank connection; feeds frames into ``table``.
 
     ``on_change`` is called (synchronously, cheaply) after each batch that accounted at
     least one frame, so the watch hub knows a push is due. Must be created and used on
@@ -91,98 +127,146 @@ class LoadSubscriber:
         on_change: Callable[[], None],
         *,
         clock: Callable[[], float] = time.monotonic,
-        rcvhwm: int = RCVHWM,
+        tick_s: float = TICK_S,
     ) -> None:
         self._table = table
         self._on_change = on_change
         self._clock = clock
-        self._rcvhwm = rcvhwm
+        self._tick_s = tick_s
         self._loop = asyncio.get_running_loop()
-        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context(io_threads=1)
-        self._ctx.set(zmq.MAX_SOCKETS, MAX_SOCKETS)
-        self._subs: dict[str, list[_Subscription]] = {}
+        self._links: dict[str, list[_Link]] = {}
         self._selector = selectors.DefaultSelector()
-        self._queue: deque[_Subscription] = deque()
         self._batch: asyncio.Handle | None = None
+        self._last_batch = float("-inf")
         self._watching = False
         self._watch()
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def subscribe(self, url: str, ranks: Sequence[RankState], topic: bytes) -> None:
-        """(Re)connect ``url``'s ranks: its previous sockets are closed first."""
+        """(Re)connect ``url``'s ranks: its previous connections are closed first."""
+        targets = [(rank, *parse_endpoint(rank.endpoint)) for rank in ranks]
         self.unsubscribe(url)
-        subs: list[_Subscription] = []
-        try:
-            for rank in ranks:
-                subs.append(self._open(rank, topic))
-        except zmq.ZMQError as exc:
-            for sub in subs:
-                self._close(sub)
-            raise SubscribeError(f"cannot subscribe to {rank.endpoint}: {exc}") from None
-        self._subs[url] = subs
-        metrics.LOAD_SUBSCRIPTIONS.inc(len(subs))
-        # Frames may already be queued, and the edge-triggered FD would not say so.
-        for sub in subs:
-            self._enqueue(sub)
-        self._schedule(0.0)
+        links = [_Link(rank, host, port, family, topic) for rank, host, port, family in targets]
+        for link in links:
+            link.task = self._loop.create_task(self._keep_connected(link))
+        self._links[url] = links
+        metrics.LOAD_SUBSCRIPTIONS.inc(len(links))
 
     def unsubscribe(self, url: str) -> int:
-        """Close ``url``'s sockets; returns how many were closed."""
-        subs = self._subs.pop(url, [])
-        for sub in subs:
-            self._close(sub)
-        metrics.LOAD_SUBSCRIPTIONS.dec(len(subs))
-        return len(subs)
+        """Close ``url``'s connections; returns how many were closed."""
+        links = self._links.pop(url, [])
+        for link in links:
+            link.closed = True
+            if link.reader is not None:
+                self._disconnect(link)  # established: the hot path owns it, close it now
+            if link.task is not None:
+                link.task.cancel()  # connecting: the task closes its socket as it unwinds
+        metrics.LOAD_SUBSCRIPTIONS.dec(len(links))
+        return len(links)
 
     def socket_count(self, url: str | None = None) -> int:
         if url is not None:
-            return len(self._subs.get(url, ()))
-        return sum(len(subs) for subs in self._subs.values())
+            return len(self._links.get(url, ()))
+        return sum(len(links) for links in self._links.values())
 
     def close(self) -> None:
-        for url in list(self._subs):
+        for url in list(self._links):
             self.unsubscribe(url)
         self._unwatch()
         if self._batch is not None:
             self._batch.cancel()
             self._batch = None
         self._selector.close()
-        self._ctx.destroy(linger=0)
 
-    def _open(self, rank: RankState, topic: bytes) -> _Subscription:
-        sock: zmq.Socket[bytes] = self._ctx.socket(zmq.SUB)
-        try:
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.RCVHWM, self._rcvhwm)
-            sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-            # IPv6 only for IPv6 literals, as the engine's publisher does: with it on, libzmq
-            # may resolve "localhost" to ::1 and retry there forever against a v4-only bind.
-            if rank.endpoint.startswith("tcp://["):
-                sock.setsockopt(zmq.IPV6, 1)
-            sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
-            sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
-            sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
-            sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, TCP_KEEPALIVE_IDLE_S)
-            sock.setsockopt(zmq.TCP_KEEPALIVE_INTVL, TCP_KEEPALIVE_INTVL_S)
-            sock.setsockopt(zmq.TCP_KEEPALIVE_CNT, TCP_KEEPALIVE_CNT)
-            sock.setsockopt(zmq.SUBSCRIBE, topic)
-            sock.connect(rank.endpoint)
-        except zmq.ZMQError:
-            sock.close(linger=0)
-            raise
-        fd = int(sock.getsockopt(zmq.FD))
-        sub = _Subscription(rank=rank, sock=sock, fd=fd)
-        self._selector.register(fd, selectors.EVENT_READ, sub)
-        return sub
+    # -- connecting ---------------------------------------------------------------------
 
-    def _close(self, sub: _Subscription) -> None:
-        if sub.closed:
+    async def _keep_connected(self, link: _Link) -> None:
+        delay = RECONNECT_IVL_S
+        while not link.closed:
+            try:
+                async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                    sock, reader, early = await self._connect(link)
+            except (OSError, ZmtpError, TimeoutError) as exc:
+                # An engine that is down is retried quietly (its ranks show UNKNOWN or
+                # STALE, as with libzmq); a peer that is not a ZMTP publisher is worth a line.
+                if isinstance(exc, ZmtpError) and not link.failures:
+                    log.warning(
+                        "load publisher broke ZMTP (retrying)",
+                        worker=link.rank.worker_url,
+                        dp_rank=link.rank.dp_rank,
+                        endpoint=link.rank.endpoint,
+                        error=str(exc),
+                    )
+                link.failures += 1
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, RECONNECT_IVL_MAX_S)
+                continue
+            delay = RECONNECT_IVL_S
+            link.failures = 0
+            link.lost = self._loop.create_future()
+            self._attach(link, sock, reader)
+            if early and self._accept(link, early, self._clock()):
+                self._on_change()
+            await link.lost
+            await asyncio.sleep(delay)
+
+    async def _connect(self, link: _Link) -> tuple[socket.socket, FrameReader, list[list[bytes]]]:
+        """A socket through the handshake and subscribed, its reader, and any early messages."""
+        loop = self._loop
+        infos = await loop.getaddrinfo(link.host, link.port, family=link.family, type=socket.SOCK_STREAM)
+        error: OSError = OSError(f"{link.host} resolves to no address")
+        for family, kind, proto, _, address in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                await loop.sock_connect(sock, address)
+                _tune(sock)
+                await loop.sock_sendall(sock, GREETING)
+                greeting = b""
+                while len(greeting) < GREETING_BYTES:
+                    # Exactly the greeting: libzmq sends it in two parts, READY follows it.
+                    chunk = await loop.sock_recv(sock, GREETING_BYTES - len(greeting))
+                    if not chunk:
+                        raise ConnectionError("closed during the greeting")
+                    greeting += chunk
+                check_greeting(greeting)
+                await loop.sock_sendall(sock, ready_command())
+                reader = FrameReader(MAX_MESSAGE_BYTES)
+                early: list[list[bytes]] = []
+                while reader.ready is None:
+                    chunk = await loop.sock_recv(sock, RECV_BYTES)
+                    if not chunk:
+                        raise ConnectionError("closed during the handshake")
+                    early += reader.feed(chunk)
+                await loop.sock_sendall(sock, subscribe_message(link.topic) + b"".join(reader.replies))
+                reader.replies.clear()
+                return sock, reader, early
+            except OSError as exc:
+                sock.close()
+                error = exc
+            except BaseException:
+                sock.close()
+                raise
+        raise error
+
+    def _attach(self, link: _Link, sock: socket.socket, reader: FrameReader) -> None:
+        link.sock = sock
+        link.reader = reader
+        self._selector.register(sock, selectors.EVENT_READ, link)
+
+    def _disconnect(self, link: _Link) -> None:
+        """Close an established connection; its task reconnects unless the link is closed."""
+        sock = link.sock
+        if sock is None or link.reader is None:
             return
-        sub.closed = True
+        link.reader = None
+        link.sock = None
         # Unregister before closing: the FD number may be reused at once.
-        self._selector.unregister(sub.fd)
-        sub.sock.close(linger=0)
+        self._selector.unregister(sock)
+        sock.close()
+        if link.lost is not None and not link.lost.done():
+            link.lost.set_result(None)
 
     # -- wakeups ------------------------------------------------------------------------
 
@@ -197,84 +281,75 @@ class LoadSubscriber:
             self._watching = False
 
     def _on_signal(self) -> None:
-        # Stop watching until the batch has run: the signals of the next few ms then cost
-        # nothing (the selector keeps them, level-triggered) and are drained together.
+        # Stop watching until the batch has run: the signals until then cost nothing (the
+        # selector keeps them, level-triggered) and are read together. At most one batch
+        # per tick, but a frame after a quiet spell is read at once (no added latency).
         self._unwatch()
-        self._schedule(COALESCE_S)
-
-    def _schedule(self, delay_s: float) -> None:
         if self._batch is None:
-            self._batch = self._loop.call_later(delay_s, self._run_batch)
-
-    def _enqueue(self, sub: _Subscription) -> None:
-        if not sub.queued:
-            sub.queued = True
-            self._queue.append(sub)
-
-    def _run_batch(self) -> None:
-        self._batch = None
-        enqueue = self._enqueue
-        for key, _ in self._selector.select(0):
-            enqueue(key.data)
-        queue = self._queue
-        drain = self._drain
-        handled = 0
-        while queue and handled < BATCH_BUDGET:
-            sub = queue.popleft()
-            sub.queued = False
-            handled += drain(sub, min(DRAIN_BUDGET, BATCH_BUDGET - handled))
-        if handled:
-            self._on_change()
-        if queue:
-            # Frames left behind by a budget: their FDs will not signal again for them.
-            self._schedule(0.0)
-        else:
-            self._watch()
+            wait_s = self._last_batch + self._tick_s - self._loop.time()
+            if wait_s > 0:
+                self._batch = self._loop.call_later(wait_s, self._run_batch)
+            else:
+                self._batch = self._loop.call_soon(self._run_batch)
 
     # -- the hot path -------------------------------------------------------------------
 
-    def _drain(self, sub: _Subscription, budget: int) -> int:
-        """Receive and account up to ``budget`` of ``sub``'s queued frames; how many.
-
-        Requeues ``sub`` when the budget ran out with frames left.
-        """
-        if sub.closed:
-            return 0
-        sock = sub.sock
-        recv = sock.recv
-        events: Callable[[int], int] = sock.getsockopt  # type: ignore[assignment]
-        rank = sub.rank
+    def _run_batch(self) -> None:
+        self._batch = None
+        self._last_batch = self._loop.time()
+        now = self._clock()
         handled = 0
-        try:
-            while handled < budget:
-                # Signalled, so a frame is likely: receive first; after each frame ask
-                # ZMQ_EVENTS (cheaper than a failing recv and its exception), which also
-                # re-arms the edge-triggered FD when nothing is left.
-                try:
-                    part = recv(_NOBLOCK, copy=False)
-                except zmq.Again:
-                    return handled
-                # Frame.more instead of recv_multipart's getsockopt(RCVMORE) per part: half
-                # the cost. The parts of one message arrive together, so these never block.
-                frames = [part.bytes]
-                while part.more:
-                    part = recv(_NOBLOCK, copy=False)
-                    frames.append(part.bytes)
-                handled += 1
-                self._account(rank, frames)
-                if not events(_EVENTS) & _POLLIN:
-                    return handled
-            self._enqueue(sub)
-        except zmq.ZMQError as exc:
-            # Never raise into the loop: a socket error here means the socket is unusable;
-            # close it so it is no longer polled (re-registration reopens it).
-            log.error(
-                "load subscription failed", worker=rank.worker_url, dp_rank=rank.dp_rank, error=str(exc)
-            )
-            self._close(sub)
-        return handled
+        for key, _ in self._selector.select(0):
+            link: _Link = key.data
+            reader = link.reader
+            if reader is None:
+                continue
+            try:
+                data = key.fileobj.recv(RECV_BYTES)  # type: ignore[union-attr]
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:  # reset by the peer: reconnect
+                self._disconnect(link)
+                continue
+            if not data:
+                self._disconnect(link)  # closed by the publisher: reconnect
+                continue
+            try:
+                messages = reader.feed(data)
+            except ZmtpError as exc:
+                log.warning(
+                    "load publisher broke ZMTP (reconnecting)",
+                    worker=link.rank.worker_url,
+                    dp_rank=link.rank.dp_rank,
+                    endpoint=link.rank.endpoint,
+                    error=str(exc),
+                )
+                self._disconnect(link)
+                continue
+            handled += self._accept(link, messages, now)
+            if handled >= BATCH_BUDGET:
+                break
+        if handled:
+            self._on_change()
+        if handled >= BATCH_BUDGET:
+            # Level-triggered: what was not read is reported by the next select.
+            self._batch = self._loop.call_soon(self._run_batch)
+        else:
+            self._watch()
 
-    def _account(self, rank: RankState, frames: list[bytes]) -> None:
+    def _accept(self, link: _Link, messages: list[list[bytes]], now: float) -> int:
+        rank = link.rank
+        for frames in messages:
+            self._account(rank, frames, now)
+        reader = link.reader
+        if reader is not None and reader.replies:
+            # PONGs (publishers with ZMTP heartbeats): tiny, best effort.
+            with contextlib.suppress(OSError):
+                link.sock.send(b"".join(reader.replies))  # type: ignore[union-attr]
+            reader.replies.clear()
+        return len(messages)
+
+    def _account(self, rank: RankState, frames: list[bytes], now: float) -> None:
         totals = metrics.FRAMES
         try:
             seq, stat = decode_frame(frames)
@@ -290,7 +365,7 @@ class LoadSubscriber:
                 )
             return
         before = rank.dropped_frames
-        outcome = self._table.record_frame(rank, seq, stat, self._clock())
+        outcome = self._table.record_frame(rank, seq, stat, now)
         if outcome is FrameOutcome.OK:
             totals.ok += 1
         elif outcome is FrameOutcome.GAP:
@@ -300,7 +375,11 @@ class LoadSubscriber:
             totals.restart += 1
 
 
-# Plain ints: the enum members cost a conversion on every call in the hot path.
-_NOBLOCK = int(zmq.NOBLOCK)
-_EVENTS = int(zmq.EVENTS)
-_POLLIN = int(zmq.POLLIN)
+def _tune(sock: socket.socket) -> None:
+    """TCP keepalive (a dead host is noticed, then reconnected) and no Nagle for the tiny writes."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if hasattr(socket, "TCP_KEEPIDLE"):  # Linux; macOS has only TCP_KEEPALIVE
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, TCP_KEEPALIVE_IDLE_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, TCP_KEEPALIVE_INTVL_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, TCP_KEEPALIVE_CNT)

@@ -1,0 +1,169 @@
+"""ZMTP 3.0 as a SUB peer speaks it (pure): greeting, NULL handshake, frames (RFC 23/ZMTP).
+
+The ingest reads its publishers' TCP streams itself instead of through libzmq: at a
+thousand publishers each frame arrives alone on its connection, and libzmq's path for
+one frame (its I/O thread reads it, signals the socket's mailbox; the application polls
+and reads the mailbox, then pyzmq's three receive calls) cost ~45 µs of CPU per frame,
+where one ``recv`` of the TCP stream and the parser below cost a few
+(``bench/load_ingest.py``, bench/README.md). Only what a SUB needs is here: the NULL
+mechanism (SGLang's publisher uses no security), the subscription, and answers to PINGs.
+
+We announce version 3.0, so a libzmq 4.x publisher takes subscriptions as messages
+(``0x01`` + topic) rather than the 3.1 SUBSCRIBE command (RFC 23 and libzmq's
+``zmtp_engine``: a 3.0 peer gets the 3.0 encoder).
+"""
+
+from __future__ import annotations
+
+GREETING_BYTES = 64
+_SIGNATURE = b"\xff" + b"\x00" * 8 + b"\x7f"
+_NULL = b"NULL".ljust(20, b"\x00")
+# signature, version 3.0, mechanism, as-server = 0, filler
+GREETING = _SIGNATURE + b"\x03\x00" + _NULL + b"\x00" + b"\x00" * 31
+
+_MORE = 0x01
+_LONG = 0x02
+_COMMAND = 0x04
+_PUBLISHERS = (b"PUB", b"XPUB")
+
+
+class ZmtpError(ValueError):
+    """The peer broke the protocol (or sent a frame over the limit): drop the connection."""
+
+
+def check_greeting(greeting: bytes) -> None:
+    """Accept a ZMTP 3.x peer using the NULL mechanism (the 64 bytes it sent first)."""
+    if len(greeting) != GREETING_BYTES or greeting[0] != 0xFF or greeting[9] != 0x7F:
+        raise ZmtpError("not a ZMTP 3 peer (bad signature)")
+    if greeting[10] < 3:
+        raise ZmtpError(f"ZMTP version {greeting[10]}.{greeting[11]} is too old (3.0 or newer needed)")
+    if greeting[12:32] != _NULL:
+        raise ZmtpError(f"security mechanism {greeting[12:32].rstrip(bytes(1))!r} is not NULL")
+
+
+def _frame(body: bytes, flags: int) -> bytes:
+    size = len(body)
+    if size > 255:
+        return bytes([flags | _LONG]) + size.to_bytes(8, "big") + body
+    return bytes([flags, size]) + body
+
+
+def ready_command(socket_type: bytes = b"SUB") -> bytes:
+    """Our READY: the one property a NULL handshake needs, ``Socket-Type``."""
+    name = b"Socket-Type"
+    body = b"\x05READY" + bytes([len(name)]) + name + len(socket_type).to_bytes(4, "big") + socket_type
+    return _frame(body, _COMMAND)
+
+
+def subscribe_message(topic: bytes) -> bytes:
+    """A ZMTP 3.0 subscription: a one-frame message ``0x01 + topic``."""
+    return _frame(b"\x01" + topic, 0)
+
+
+def parse_ready(body: bytes) -> dict[bytes, bytes]:
+    """The properties of a READY command body; ZmtpError unless its peer is a publisher."""
+    if body[:6] != b"\x05READY":
+        raise ZmtpError(f"expected READY, got command {body[1 : 1 + body[0]]!r}" if body else "empty command")
+    props: dict[bytes, bytes] = {}
+    pos = 6
+    while pos < len(body):
+        name_len = body[pos]
+        name = body[pos + 1 : pos + 1 + name_len]
+        pos += 1 + name_len
+        if pos + 4 > len(body):
+            raise ZmtpError("truncated READY property")
+        value_len = int.from_bytes(body[pos : pos + 4], "big")
+        pos += 4
+        if pos + value_len > len(body):
+            raise ZmtpError("truncated READY property")
+        props[name.lower()] = body[pos : pos + value_len]
+        pos += value_len
+    kind = props.get(b"socket-type", b"")
+    if kind not in _PUBLISHERS:
+        raise ZmtpError(f"peer socket type {kind!r} cannot publish to a SUB")
+    return props
+
+
+class FrameReader:
+    """Splits a ZMTP byte stream into messages (lists of frames), across any read boundary.
+
+    Commands are taken out of the stream: READY is kept for the handshake, a PING queues
+    its PONG in ``replies`` (for the adapter to send), an ERROR raises. A frame longer
+    than ``max_frame_bytes`` raises before it is buffered (libzmq's ``MAXMSGSIZE``).
+    """
+
+    __slots__ = ("_buf", "_parts", "max_frame_bytes", "ready", "replies")
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = b""
+        self._parts: list[bytes] = []
+        self.ready: dict[bytes, bytes] | None = None
+        self.replies: list[bytes] = []
+
+    def feed(self, data: bytes) -> list[list[bytes]]:
+        """The messages completed by ``data``; a partial one waits for the next feed."""
+        if (
+            not self._buf
+            and not self._parts
+            and len(data) > 18
+            and data[0] == 1
+            and data[1] == 4
+            and data[6] == 1
+            and data[7] == 8
+            and data[16] == 0
+            and data[17] + 18 == len(data)
+        ):
+            # The one shape a load publisher sends (SPEC §7), alone in one read (the usual
+            # case): [4-byte topic, 8-byte seq, short payload] without the general loop.
+            return [[data[2:6], data[8:16], data[18:]]]
+        buf = self._buf + data if self._buf else data
+        end = len(buf)
+        pos = 0
+        messages: list[list[bytes]] = []
+        parts = self._parts
+        while end - pos >= 2:
+            flags = buf[pos]
+            if flags & _LONG:
+                if end - pos < 9:
+                    break
+                size = int.from_bytes(buf[pos + 1 : pos + 9], "big")
+                start = pos + 9
+            else:
+                size = buf[pos + 1]
+                start = pos + 2
+            if size > self.max_frame_bytes:
+                raise ZmtpError(f"frame of {size} bytes exceeds {self.max_frame_bytes}")
+            if flags & ~(_MORE | _LONG | _COMMAND):
+                raise ZmtpError(f"reserved frame flags 0x{flags:02x}")
+            stop = start + size
+            if stop > end:
+                break
+            pos = stop
+            if flags & _COMMAND:
+                self._command(buf[start:stop])
+            elif flags & _MORE:
+                parts.append(buf[start:stop])
+            else:
+                parts.append(buf[start:stop])
+                messages.append(parts)
+                parts = []
+        self._parts = parts
+        self._buf = buf[pos:] if pos < end else b""
+        return messages
+
+    def _command(self, body: bytes) -> None:
+        if not body or len(body) < 1 + body[0]:
+            raise ZmtpError("malformed command frame")
+        name = body[1 : 1 + body[0]]
+        if name == b"READY":
+            if self.ready is not None:
+                raise ZmtpError("second READY")
+            self.ready = parse_ready(body)
+        elif name == b"PING":
+            # PING: TTL (2 bytes) then a context of up to 16 bytes echoed in the PONG.
+            self.replies.append(_frame(b"\x04PONG" + body[7:23], _COMMAND))
+        elif name == b"ERROR":
+            reason = body[7 : 7 + body[6]] if len(body) > 6 else b""
+            raise ZmtpError(f"peer sent ERROR {reason!r}")
+        # Other commands (PONG, SUBSCRIBE echoes of newer peers) mean nothing to a SUB.
