@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -33,6 +34,9 @@ class ServerContext:
     connections: set[Connection] = field(default_factory=set)
     draining: bool = False
     drained: asyncio.Event = field(default_factory=asyncio.Event)
+    # Told (request target, status) of every answer the server gives on its own (413, 400, 408,
+    # 431): such requests never reach the handler, which would otherwise not count them.
+    on_refusal: Callable[[bytes, int], None] | None = None
 
     def remove(self, conn: Connection) -> None:
         """A connection is gone; wake ``drain`` when it was the last one."""

@@ -264,6 +264,8 @@ class Http1Connection(WriteBackpressure):
 
     def _fail(self, answer: ErrorAnswer) -> None:
         """Answer a broken request after the outstanding answers, then close (lingering)."""
+        if self._ctx.on_refusal is not None:
+            self._ctx.on_refusal(self._url if self._in_message else b"", answer[0])
         self._closing = True
         self._discarding = True
         self._in_message = False

@@ -258,6 +258,8 @@ class Http2Connection(WriteBackpressure):
 
         RFC 9113 §8.1: after a complete answer a server may RST_STREAM with NO_ERROR.
         """
+        if self._ctx.on_refusal is not None:
+            self._ctx.on_refusal(resp._path, answer[0])
         resp._body = None
         resp._deadline = 0.0
         resp._rst_after = True

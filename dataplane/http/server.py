@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+from collections.abc import Callable
 
 from dataplane.http.context import ServerContext
 from dataplane.http.http1 import Http1Connection
@@ -98,10 +99,14 @@ async def start_server(
     reuse_port: bool = False,
     sock: socket.socket | None = None,
     backlog: int = 1024,
+    on_refusal: Callable[[bytes, int], None] | None = None,
 ) -> HttpServer:
-    """Listen on ``host:port`` (or ``sock``) and serve HTTP/1.1 and h2c with ``handler``."""
+    """Listen on ``host:port`` (or ``sock``) and serve HTTP/1.1 and h2c with ``handler``.
+
+    ``on_refusal(target, status)`` is called for each request the server answers itself.
+    """
     loop = asyncio.get_running_loop()
-    ctx = ServerContext(handler=handler, limits=limits or ServerLimits(), loop=loop)
+    ctx = ServerContext(handler=handler, limits=limits or ServerLimits(), loop=loop, on_refusal=on_refusal)
 
     def factory() -> Http1Connection:
         return Http1Connection(ctx)

@@ -21,6 +21,7 @@ from dataplane.router.admission import Admission
 from dataplane.router.balancer import Balancer
 from dataplane.router.control import control_settings, subscription
 from dataplane.router.discovery import DiscoveryError
+from dataplane.router.endpoints import route_name
 from dataplane.router.health import WorkerHealth
 from dataplane.router.late_workers import LateDiscovery, discover_fleet
 from dataplane.router.metrics import RouterMetrics
@@ -92,6 +93,7 @@ class Router:
                 settings.listen_port,
                 limits=limits,
                 reuse_port=os.environ.get(REUSE_PORT_ENV) == "1",
+                on_refusal=self._count_refusal,
             )
         except OSError as exc:
             await self.health.stop()
@@ -100,6 +102,10 @@ class Router:
                 f"--listen {settings.listen_host}:{settings.listen_port}: {exc.strerror or exc}"
             ) from None
         return self.server.port
+
+    def _count_refusal(self, target: bytes, status: int) -> None:
+        # Refused by the HTTP server before the proxy saw it (e.g. 413): still an answer (SPEC §8).
+        self.metrics.route(route_name(target)).observe(status, 0.0)
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop accepting, let in-flight requests finish (up to the grace period), close pools."""

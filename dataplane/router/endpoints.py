@@ -20,12 +20,14 @@ from dataplane.router.errors import (
 from dataplane.router.headers import Headers
 from dataplane.router.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from dataplane.router.metrics import RouterMetrics, RouteStats
+from dataplane.router.routes import JUDGED, canonical_path, split_target
 from dataplane.router.state import RouterState
 
 JSON: Headers = [(b"content-type", b"application/json")]
 _encode = msgspec.json.Encoder().encode
 _OK = b'{"status":"ok"}'
 _MODEL_PREFIX = b"/v1/models/"
+_GET_PATHS = frozenset((b"/v1/models", b"/health", b"/readiness", b"/metrics", b"/contract"))
 
 Answer = Callable[[Responder], int]
 
@@ -111,3 +113,14 @@ class Endpoints:
 
 def _model_object(model: str) -> dict[str, object]:
     return {"id": model, "object": "model", "created": 0, "owned_by": "fleetplane"}
+
+
+def route_name(target: bytes) -> str:
+    """The metrics route of a request target, for answers the HTTP server gives on its own
+    (413, 400, 408, 431: SPEC §8 counts them too); the same names the proxy uses."""
+    path = canonical_path(split_target(target)[0])
+    if path in JUDGED or path in _GET_PATHS:
+        return path.decode()
+    if path.startswith(_MODEL_PREFIX):
+        return "/v1/models/{model}"
+    return "/v1/*" if path.startswith(b"/v1/") else "other"
