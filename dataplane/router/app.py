@@ -157,7 +157,9 @@ async def _serve_until_signal(router: Router, settings: RouterSettings, port: in
     gc.collect()
     gc.freeze()
     host = f"[{settings.listen_host}]" if ":" in settings.listen_host else settings.listen_host
-    print(f"router listening on http://{host}:{port}", flush=True)
+    # One write per line: with --processes N every child prints it, and unbuffered print()
+    # writes the text and the newline separately (the lines would interleave).
+    print(f"router listening on http://{host}:{port}\n", end="", flush=True)
     log.info("router started", port=port, workers=len(settings.workers), policy=settings.policy.value)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
