@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
-from dataplane.http import ClientDisconnected, Request, Responder
-from dataplane.router.admission import Admission
+from dataplane.http import DEFERRED, ClientDisconnected, Deferred, Request, Responder
+from dataplane.router.admission import Admission, Slot
 from dataplane.router.balancer import Balancer
 from dataplane.router.endpoints import Endpoints, error_headers
 from dataplane.router.enforce import enforce
@@ -45,6 +45,7 @@ from dataplane.router.errors import (
     error_body,
     sse_error_event,
 )
+from dataplane.router.exchange import CLIENT_CLOSED, Exchange
 from dataplane.router.headers import Headers, end_to_end, without_control_chars
 from dataplane.router.metrics import (
     BODY_INCOMPLETE,
@@ -60,10 +61,10 @@ from dataplane.router.request_body import RequestBody
 from dataplane.router.routes import JUDGED, canonical_path, split_target
 from dataplane.router.state import RouterState
 from dataplane.router.upstream import UpstreamResponse
+from dataplane.router.upstream_h1 import H1Pool
 from dataplane.router.workers import Worker
 
 BUFFER_NON_STREAMING = 1 << 20
-CLIENT_CLOSED = 499  # nginx's status for "client went away"; only ever a metrics label
 _EVENT_STREAM = b"text/event-stream"
 _MAX_MODEL_IN_MESSAGE = 200
 _NONE: Headers = []  # no extra headers (never mutated)
@@ -101,8 +102,17 @@ class Proxy:
         self._judged_stats = {path: metrics.route(path.decode()) for path in JUDGED}
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def handle(self, request: Request, responder: Responder) -> Coroutine[Any, Any, None] | None:
-        """Answer at once (refusals, GET surface: no task) or return the forwarding coroutine.
+    @property
+    def metrics(self) -> RouterMetrics:
+        return self._metrics
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop or self._bind_loop()
+
+    def handle(self, request: Request, responder: Responder) -> Coroutine[Any, Any, None] | Deferred | None:
+        """Answer at once (refusals, GET surface), forward through callbacks (``DEFERRED``), or
+        return the forwarding coroutine (queueing, connecting, h2c workers, retries).
 
         The HTTP server runs a returned coroutine as the request's task (``dataplane.http``).
         """
@@ -121,7 +131,7 @@ class Proxy:
                     status = judged
                 else:
                     body, group, extra, stream = judged
-                    return self._run(
+                    return self._send(
                         stats, started, request, responder, path + query, body, group, extra, stream
                     )
         elif (endpoint := self._endpoints.get(path)) is not None and (
@@ -136,7 +146,7 @@ class Proxy:
             except RouterError as err:
                 status = self._error(responder, err, _NONE)
             else:
-                return self._run(
+                return self._send(
                     stats, started, request, responder, request.path, request.body, group, _NONE, False
                 )
         elif endpoint is not None:  # a GET endpoint asked with another method
@@ -173,6 +183,69 @@ class Proxy:
             return self._error(responder, err, extra)
         return body, group, extra, probe.stream is True
 
+    def _send(
+        self,
+        stats: RouteStats,
+        started: float,
+        request: Request,
+        responder: Responder,
+        target: bytes,
+        body: RequestBody,
+        group: tuple[Worker, ...],
+        extra: Headers,
+        stream: bool,
+    ) -> Coroutine[Any, Any, None] | Deferred:
+        """The fast path: a free slot and an idle HTTP/1.1 connection to the picked worker; the
+        request is written now and the answer handled by callbacks (``exchange``). Anything
+        else (queueing, connecting, h2c, retrying) goes on as the request's task (``_run``).
+        """
+        slot = self._admission.try_acquire()
+        if slot is None:
+            return self._run(stats, started, request, responder, target, body, group, extra, stream)
+        candidates = [w for w in group if w.healthy]
+        if not candidates:
+            return self._run(stats, started, request, responder, target, body, group, extra, stream, slot)
+        worker = self._balancer.pick(candidates) if len(candidates) > 1 else candidates[0]
+        pool = worker.pool
+        if not isinstance(pool, H1Pool):
+            return self._run(
+                stats, started, request, responder, target, body, group, extra, stream, slot, worker
+            )
+        headers = end_to_end(request.headers)
+        if request.http2:
+            headers = without_control_chars(headers)
+        exchange = Exchange(self, stats, started, request, responder, worker, slot, extra, stream)
+        worker.inflight += 1
+        try:
+            conn = pool.start(
+                request.method,
+                target,
+                headers,
+                body,
+                timeout_s=self._config.request_timeout_s,
+                listener=exchange,
+            )
+        except UpstreamUnreachable:
+            # A pooled connection found closed: nothing reached the worker, retry (SPEC §5).
+            worker.inflight -= 1
+            worker.record_failure()
+            self._metrics.upstream_outcome(worker.url, worker.protocol, UNREACHABLE)
+            return self._run(
+                stats, started, request, responder, target, body, group, extra, stream, slot, worker, True
+            )
+        except BaseException:
+            worker.inflight -= 1
+            slot.release()
+            raise
+        if conn is None:  # nothing idle: connect in the task
+            worker.inflight -= 1
+            return self._run(
+                stats, started, request, responder, target, body, group, extra, stream, slot, worker
+            )
+        exchange.conn = conn
+        responder.on_disconnect(exchange.on_client_gone)
+        return DEFERRED
+
     async def _run(
         self,
         stats: RouteStats,
@@ -184,8 +257,14 @@ class Proxy:
         group: tuple[Worker, ...],
         extra: Headers,
         stream: bool,
+        slot: Slot | None = None,
+        first: Worker | None = None,
+        unreachable: bool = False,
     ) -> None:
         """Admission, forwarding and relaying, as the request's task.
+
+        ``slot``: already taken by ``_send``; ``first``: the worker ``_send`` picked (to be tried
+        first, so the balancer's choice stands), ``unreachable``: ``_send`` found it unreachable.
 
         A client that goes away cancels the task at once (``Responder.on_disconnect``, called
         synchronously by the server): cancellation removes a queued request from the queue,
@@ -197,7 +276,8 @@ class Proxy:
         assert task is not None
         responder.on_disconnect(task.cancel)
         try:
-            slot = self._admission.try_acquire()
+            if slot is None:
+                slot = self._admission.try_acquire()
             if slot is None:
                 try:
                     slot = await self._admission.acquire()
@@ -206,7 +286,9 @@ class Proxy:
                     status = self._error(responder, err, extra)
             if slot is not None:
                 try:
-                    status = await self._forward(request, responder, target, body, group, extra, stream)
+                    status = await self._forward(
+                        request, responder, target, body, group, extra, stream, first, unreachable
+                    )
                 finally:
                     slot.release()
         except asyncio.CancelledError:
@@ -247,6 +329,8 @@ class Proxy:
         group: Sequence[Worker],
         extra: Headers,
         stream: bool,
+        first: Worker | None = None,
+        unreachable: bool = False,
     ) -> int:
         headers = end_to_end(request.headers)
         if request.http2:
@@ -254,27 +338,36 @@ class Proxy:
         config = self._config
         metrics = self._metrics
         tried: list[Worker] = []
+        if first is not None and unreachable:  # the first try (``_send``) failed
+            tried.append(first)
+            first = None
+            if len(tried) >= config.retry_attempts:
+                return self._error(responder, UpstreamUnreachable(), extra)
+            await asyncio.sleep(random.uniform(0, config.retry_backoff_s * 2))
         while True:
-            if tried:
-                candidates: Sequence[Worker] = [w for w in group if w.healthy and w not in tried]
+            if first is not None:  # picked by ``_send`` a moment ago
+                worker, first = first, None
             else:
-                candidates = [w for w in group if w.healthy]
-            if not candidates:
-                err = UpstreamUnreachable() if tried else NoHealthyWorkers()
-                return self._error(responder, err, extra)
-            worker = self._balancer.pick(candidates) if len(candidates) > 1 else candidates[0]
+                if tried:
+                    candidates: Sequence[Worker] = [w for w in group if w.healthy and w not in tried]
+                else:
+                    candidates = [w for w in group if w.healthy]
+                if not candidates:
+                    err = UpstreamUnreachable() if tried else NoHealthyWorkers()
+                    return self._error(responder, err, extra)
+                worker = self._balancer.pick(candidates) if len(candidates) > 1 else candidates[0]
             worker.inflight += 1
             try:
                 response = await worker.pool.request(
                     request.method, target, headers, body, timeout_s=config.request_timeout_s
                 )
-            except UpstreamUnreachable as unreachable:
+            except UpstreamUnreachable as refused:
                 worker.inflight -= 1
                 worker.record_failure()
                 metrics.upstream_outcome(worker.url, worker.protocol, UNREACHABLE)
                 tried.append(worker)
                 if len(tried) >= config.retry_attempts:
-                    return self._error(responder, unreachable, extra)
+                    return self._error(responder, refused, extra)
                 # Full jitter: routers retrying together must not hit the next worker in step.
                 await asyncio.sleep(random.uniform(0, config.retry_backoff_s * (1 << len(tried))))
                 continue
@@ -300,6 +393,36 @@ class Proxy:
                 return await self._relay(responder, worker, response, extra, stream)
             finally:
                 worker.inflight -= 1
+
+    async def relay_rest(
+        self,
+        stats: RouteStats,
+        started: float,
+        responder: Responder,
+        worker: Worker,
+        slot: Slot,
+        response: UpstreamResponse,
+        extra: Headers,
+        stream: bool,
+    ) -> None:
+        """The rest of an ``Exchange`` whose answer is still on its way, as a task (see ``_run``)."""
+        task = asyncio.current_task(self.loop)
+        assert task is not None
+        responder.on_disconnect(task.cancel)
+        try:
+            try:
+                status = await self._relay(responder, worker, response, extra, stream)
+            finally:
+                worker.inflight -= 1
+                slot.release()
+        except asyncio.CancelledError:
+            if not responder.disconnected:
+                raise
+            responder.abort()
+            status = CLIENT_CLOSED
+        finally:
+            responder.on_disconnect(None)
+        stats.observe(status, perf_counter() - started)
 
     async def _relay(
         self, responder: Responder, worker: Worker, response: UpstreamResponse, extra: Headers, stream: bool
@@ -356,6 +479,11 @@ class Proxy:
         worker.record_success()
         self._metrics.upstream_outcome(worker.url, worker.protocol, OK)
         return status
+
+    @staticmethod
+    def answer_error(responder: Responder, err: RouterError, extra: Headers) -> int:
+        """Answer ``err`` with the SPEC §5 envelope; its status."""
+        return Proxy._error(responder, err, extra)
 
     @staticmethod
     def _error(responder: Responder, err: RouterError, extra: Headers) -> int:

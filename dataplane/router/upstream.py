@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from dataplane.router.errors import UpstreamBodyIncomplete, UpstreamTimeout, UpstreamUnreachable
+from dataplane.router.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeout, UpstreamUnreachable
 from dataplane.router.request_body import RequestBody
 
 __all__ = [
+    "ResponseListener",
     "UpstreamBodyIncomplete",
     "UpstreamPool",
     "UpstreamResponse",
@@ -58,6 +59,23 @@ class UpstreamResponse(Protocol):
     def abort(self) -> None:
         """The client went away: stop the answer (h1: close the connection, never reuse it;
         h2: RST_STREAM). Idempotent, and a no-op once the answer is complete."""
+        ...
+
+
+class ResponseListener(Protocol):
+    """Told how a callback-driven exchange (``H1Pool.start``) went, exactly once, with no task.
+
+    Called from the connection's own callbacks (``data_received``, ``connection_lost``, the
+    deadline timer), so it must not raise and must not block.
+    """
+
+    def on_response(self, response: UpstreamResponse) -> None:
+        """The head arrived (``buffered_body()`` says whether the body did too)."""
+        ...
+
+    def on_failure(self, error: RouterError) -> None:
+        """The exchange failed before the head arrived (``UpstreamTimeout`` or
+        ``UpstreamBodyIncomplete``: the request bytes were written, so never retried)."""
         ...
 
 

@@ -32,7 +32,12 @@ from dataplane.router.deadlines import Deadlines
 from dataplane.router.errors import RouterError
 from dataplane.router.headers import DROPPED, Headers
 from dataplane.router.request_body import RequestBody, body_segments
-from dataplane.router.upstream import UpstreamBodyIncomplete, UpstreamTimeout, UpstreamUnreachable
+from dataplane.router.upstream import (
+    ResponseListener,
+    UpstreamBodyIncomplete,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+)
 
 HIGH_WATER = 1 << 20  # pause reading from the worker above this many unsent bytes
 LOW_WATER = 1 << 18
@@ -129,8 +134,10 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self.lost = False
         self.idle_since = 0.0
-        # Per exchange:
+        # Per exchange: told of the head by a future (``send``) or a listener (``send_to``).
         self._head_waiter: asyncio.Future[H1Response] | None = None
+        self._listener: ResponseListener | None = None
+        self._ready: H1Response | None = None  # head parsed, listener told after the read
         self._response: H1Response | None = None
         self._headers: Headers = []
         self.deadline = 0.0  # of the exchange in flight; enforced by the pool's one timer
@@ -154,6 +161,14 @@ class _Connection(asyncio.Protocol):
             self._fail(UpstreamBodyIncomplete())
         except httptools.HttpParserError:
             self._fail(UpstreamBodyIncomplete())
+        ready = self._ready
+        if ready is not None:
+            # Told after the whole read was parsed, so a small answer arrives complete (the
+            # listener answers it in one write) and the connection is already back in the pool.
+            listener = self._listener
+            self._ready = self._listener = None
+            if listener is not None:
+                listener.on_response(ready)
 
     def eof_received(self) -> bool:
         self._on_closed()
@@ -180,6 +195,9 @@ class _Connection(asyncio.Protocol):
         self._headers = []
         response = H1Response(self, status, headers)
         self._response = response
+        if self._listener is not None:
+            self._ready = response
+            return
         waiter = self._head_waiter
         self._head_waiter = None
         if waiter is not None and not waiter.done():
@@ -208,12 +226,31 @@ class _Connection(asyncio.Protocol):
 
         A plain function returning the future (not a coroutine): one frame less per request.
         """
+        transport = self._writable()
+        waiter: asyncio.Future[H1Response] = self._loop.create_future()
+        self._head_waiter = waiter
+        self._write(transport, head, body, deadline)
+        return waiter
+
+    def send_to(self, head: bytes, body: RequestBody, deadline: float, listener: ResponseListener) -> None:
+        """Write the request; ``listener`` is told of the head or the failure (no future, no task)."""
+        transport = self._writable()
+        self._listener = listener
+        self._write(transport, head, body, deadline)
+
+    def abandon(self) -> None:
+        """The caller of ``send_to`` is gone before the head: forget it and close the connection."""
+        self._listener = self._ready = None
+        self.abort()
+
+    def _writable(self) -> asyncio.Transport:
         transport = self._transport
         if self.lost or transport is None or transport.is_closing():
             self.close()
             raise UpstreamUnreachable()
-        waiter: asyncio.Future[H1Response] = self._loop.create_future()
-        self._head_waiter = waiter
+        return transport
+
+    def _write(self, transport: asyncio.Transport, head: bytes, body: RequestBody, deadline: float) -> None:
         self.deadline = deadline
         self._timed = True
         self._pool._deadlines.watch(self, self._loop)
@@ -227,7 +264,6 @@ class _Connection(asyncio.Protocol):
             transport.write(head)
             for segment in body_segments(body):
                 transport.write(segment)
-        return waiter
 
     def pause_reading(self) -> None:
         if self._transport is not None and not self.lost:
@@ -258,13 +294,17 @@ class _Connection(asyncio.Protocol):
         waiter, self._head_waiter = self._head_waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(error)
+        listener, self._listener = self._listener, None
+        self._ready = None
         response, self._response = self._response, None
         if response is not None:
             response._finish(error)
         self.abort()
+        if listener is not None:
+            listener.on_failure(error)
 
     def _on_closed(self) -> None:
-        if self.lost and self._head_waiter is None and self._response is None:
+        if self.lost and self._head_waiter is None and self._listener is None and self._response is None:
             return
         self.lost = True
         self._pool._forget(self)
@@ -274,7 +314,7 @@ class _Connection(asyncio.Protocol):
             self._cancel_timer()
             response._finish()
             return
-        if self._head_waiter is not None or self._response is not None:
+        if self._head_waiter is not None or self._listener is not None or self._response is not None:
             self._fail(UpstreamBodyIncomplete())
         else:
             self.close()
@@ -330,13 +370,7 @@ class H1Pool:
         conn = self._checkout(now)
         if conn is None:
             conn = await self._connect(loop, min(self._connect_timeout_s, timeout_s))
-        parts = [method, b" ", path, b" HTTP/1.1", self._host_line]
-        if body or method != b"GET":
-            parts.append(b"\r\ncontent-length: %d" % len(body))
-        for name, value in headers:
-            parts += (b"\r\n", name, b": ", value)
-        parts.append(b"\r\n\r\n")
-        waiter = conn.send(b"".join(parts), body, deadline)
+        waiter = conn.send(self._head(method, path, headers, body), body, deadline)
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -344,6 +378,40 @@ class H1Pool:
             # is mid-exchange, so it cannot be reused.
             conn.abort()
             raise
+
+    def start(
+        self,
+        method: bytes,
+        path: bytes,
+        headers: Headers,
+        body: RequestBody,
+        *,
+        timeout_s: float,
+        listener: ResponseListener,
+    ) -> _Connection | None:
+        """``request`` driven by callbacks: on an idle connection, write the request and return
+        the connection (``abandon()`` it if the caller leaves before the head); ``listener`` is
+        told of the head or the failure. ``None`` when no connection is idle (connecting needs
+        ``request``). Raises ``UpstreamUnreachable`` like ``request``.
+        """
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        now = loop.time()
+        conn = self._checkout(now)
+        if conn is None:
+            return None
+        conn.send_to(self._head(method, path, headers, body), body, now + timeout_s, listener)
+        return conn
+
+    def _head(self, method: bytes, path: bytes, headers: Headers, body: RequestBody) -> bytes:
+        """Request line and headers (RFC 9112 §3, §6.2: the body is framed by Content-Length)."""
+        head = method + b" " + path + b" HTTP/1.1" + self._host_line
+        if body or method != b"GET":
+            head += b"\r\ncontent-length: %d" % len(body)
+        for name, value in headers:
+            head += b"\r\n" + name + b": " + value
+        return head + b"\r\n\r\n"
 
     async def close(self) -> None:
         self._closed = True

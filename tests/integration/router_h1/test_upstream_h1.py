@@ -7,7 +7,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from dataplane.router.upstream import UpstreamBodyIncomplete, UpstreamTimeout, UpstreamUnreachable
+from dataplane.router.errors import RouterError
+from dataplane.router.upstream import (
+    UpstreamBodyIncomplete,
+    UpstreamResponse,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+)
 from dataplane.router.upstream_h1 import H1Pool
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -228,3 +234,103 @@ async def test_abort_closes_the_connection() -> None:
         assert await anext(resp.chunks()) == b"abc"
         resp.abort()
         await asyncio.wait_for(closed.wait(), 2)
+
+
+class Listener:
+    """Records what a callback-driven exchange (``H1Pool.start``) was told."""
+
+    def __init__(self) -> None:
+        self.told: asyncio.Future[UpstreamResponse | RouterError] = asyncio.get_running_loop().create_future()
+        self.calls = 0
+
+    def on_response(self, response: UpstreamResponse) -> None:
+        self.calls += 1
+        self.told.set_result(response)
+
+    def on_failure(self, error: RouterError) -> None:
+        self.calls += 1
+        self.told.set_result(error)
+
+
+async def _scripted_pool(script: Script) -> AsyncIterator[tuple[Server, H1Pool]]:
+    async with Server(script) as server:
+        pool = H1Pool("127.0.0.1", server.port)
+        # One task-driven exchange leaves an idle connection for ``start`` to use.
+        warm = await pool.request(b"POST", b"/", [], b"warm", timeout_s=5)
+        assert warm.buffered_body() == b"ok"
+        yield server, pool
+        await pool.close()
+
+
+async def _stalling(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answers ``ok`` to everything but a ``slow`` body (never answered), ``drop`` (closes),
+    ``stream`` (a chunked answer whose end never comes)."""
+    while True:
+        _, body = await _read_request(reader)
+        if body == b"slow":
+            await asyncio.sleep(5)
+        elif body == b"drop":
+            return
+        elif body == b"stream":
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
+            await writer.drain()
+            await asyncio.sleep(5)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+
+async def test_start_needs_an_idle_connection_then_answers_through_the_listener() -> None:
+    """``start`` declines without an idle connection; on one, the listener gets the complete answer."""
+    async with Server(_stalling) as server:
+        pool = H1Pool("127.0.0.1", server.port)
+        assert pool.start(b"POST", b"/", [], b"x", timeout_s=5, listener=Listener()) is None
+        (await pool.request(b"POST", b"/", [], b"warm", timeout_s=5)).buffered_body()
+        listener = Listener()
+        assert pool.start(b"POST", b"/", [], b"again", timeout_s=5, listener=listener) is not None
+        told = await asyncio.wait_for(listener.told, 2)
+        assert not isinstance(told, RouterError)
+        assert told.status == 200 and told.buffered_body() == b"ok"
+        assert server.connections == 1 and listener.calls == 1
+        await pool.close()
+
+
+async def test_start_past_the_deadline_tells_the_listener_timeout() -> None:
+    """A callback-driven exchange past its deadline fails with UpstreamTimeout; its connection is dropped."""
+    async for server, pool in _scripted_pool(_stalling):
+        listener = Listener()
+        assert pool.start(b"POST", b"/", [], b"slow", timeout_s=0.2, listener=listener) is not None
+        assert isinstance(await asyncio.wait_for(listener.told, 2), UpstreamTimeout)
+        assert (await pool.request(b"POST", b"/", [], b"fast", timeout_s=2)).buffered_body() == b"ok"
+        assert server.connections == 2 and listener.calls == 1
+
+
+async def test_start_on_a_worker_that_drops_tells_the_listener_body_incomplete() -> None:
+    """A worker closing after reading the request is UpstreamBodyIncomplete for the listener."""
+    async for _, pool in _scripted_pool(_stalling):
+        listener = Listener()
+        assert pool.start(b"POST", b"/", [], b"drop", timeout_s=5, listener=listener) is not None
+        assert isinstance(await asyncio.wait_for(listener.told, 2), UpstreamBodyIncomplete)
+
+
+async def test_start_hands_over_an_unfinished_answer_at_its_head() -> None:
+    """A streaming answer reaches the listener at its head; the body follows through ``chunks()``."""
+    async for _, pool in _scripted_pool(_stalling):
+        listener = Listener()
+        assert pool.start(b"POST", b"/", [], b"stream", timeout_s=5, listener=listener) is not None
+        told = await asyncio.wait_for(listener.told, 2)
+        assert not isinstance(told, RouterError)
+        assert told.buffered_body() is None
+        assert await anext(told.chunks()) == b"abc"
+        told.abort()
+
+
+async def test_abandoned_exchange_closes_its_connection_and_stays_silent() -> None:
+    """``abandon()`` (the client left) closes the connection; the listener is never called."""
+    async for server, pool in _scripted_pool(_stalling):
+        listener = Listener()
+        conn = pool.start(b"POST", b"/", [], b"slow", timeout_s=5, listener=listener)
+        assert conn is not None
+        conn.abandon()
+        await asyncio.sleep(0.1)
+        assert listener.calls == 0
+        assert (await pool.request(b"POST", b"/", [], b"fast", timeout_s=2)).buffered_body() == b"ok"
+        assert server.connections == 2
