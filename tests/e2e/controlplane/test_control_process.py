@@ -59,10 +59,13 @@ def _startup_error(*flags: str) -> tuple[int, str]:
 
 
 def test_startup_errors_exit_non_zero_with_one_line_naming_the_flag(tmp_path: Path):
-    """etcd store, non-loopback without tokens, a taken port: exit 2 and one line naming the flag."""
+    """A malformed or unreachable etcd store, non-loopback without tokens, a taken port: exit 2 and
+    one line naming the flag."""
     store = f"sqlite:{tmp_path / 'c.db'}"
-    code, err = _startup_error("--store", "etcd://127.0.0.1:2379", "--http-listen", "off")
+    code, err = _startup_error("--store", "etcd://127.0.0.1", "--http-listen", "off")
     assert code == 2 and err.count("\n") == 0 and "--store" in err and "etcd" in err
+    code, err = _startup_error("--store", "etcd://127.0.0.1:1/p", "--http-listen", "off")  # nothing listens
+    assert code == 2 and "--store etcd://127.0.0.1:1/p" in err.splitlines()[-1]
     code, err = _startup_error("--listen", "0.0.0.0:0", "--store", store, "--http-listen", "off")
     assert code == 2 and "--listen" in err and "--auth-tokens" in err
     with socket.socket() as taken:
