@@ -224,7 +224,7 @@ class EtcdStore:
         comment: str,
         rolled_back_from: int,
     ) -> ContractVersion:
-        # ``revision`` is filled in by ``_write`` from the counter it read.
+        # ``revision`` is filled in by ``_commit`` from the counter it read.
         return ContractVersion(
             scope=scope,
             version=1 if head is None else head.version + 1,
