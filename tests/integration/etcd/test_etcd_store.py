@@ -4,13 +4,14 @@ revision, a cancelled writer still publishes (the SQLite store's guarantees, SPE
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 
 import pytest
 
 from controlplane.contracts import parse_contract_json
 from controlplane.errors import NotFound, VersionMismatch
-from controlplane.settings import EtcdLocation, parse_store
+from controlplane.settings import Address, EtcdLocation, parse_store
 from controlplane.store.etcd import EtcdStore
 from controlplane.store.etcd_client import prefix_end
 
@@ -78,3 +79,18 @@ async def test_a_cancelled_writer_still_publishes_its_committed_change(store: Et
     task.cancel()
     snapshot = await asyncio.wait_for(store.wait_for_change(0), 5)
     assert snapshot.revision == 1 and "*" in snapshot.contracts
+
+
+async def test_an_endpoint_list_fails_over_past_a_dead_endpoint(store_url: str):
+    """etcd://DEAD,LIVE/prefix: the store connects through the endpoint that answers."""
+    location = _location(store_url)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = Address("127.0.0.1", int(s.getsockname()[1]))
+    listed = EtcdStore(EtcdLocation((dead, *location.endpoints), location.prefix))
+    await listed.open()
+    try:
+        written = await listed.update("*", C1, expected_version=0, allow_missing=True, author="a", comment="")
+        assert written.revision == 1
+    finally:
+        await listed.close()
