@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 from collections.abc import Sequence
 from types import TracebackType
 
@@ -68,6 +70,19 @@ def _credentials(settings: ControlSettings) -> grpc.ServerCredentials | None:
     )
 
 
+def _check_bindable(flag: str, address: Address) -> None:
+    """Refuse a taken port ourselves: gRPC's core would log its own line before ours (SPEC §1:
+    a startup error is one line). Same SO_REUSEADDR as gRPC, so only a listener refuses."""
+    if address.port == 0:
+        return
+    try:
+        with socket.create_server((address.host, address.port)):
+            pass
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise SettingsError(f"{flag} {address}: cannot bind ({reason})") from None
+
+
 class ControlPlane:
     """One running control plane; ``async with ControlPlane(settings) as cp: cp.grpc_address``."""
 
@@ -95,6 +110,9 @@ class ControlPlane:
 
     async def _start(self) -> None:
         settings = self.settings
+        _check_bindable("--listen", settings.listen)
+        if settings.http_listen is not None:
+            _check_bindable("--http-listen", settings.http_listen)
         tokens = self._tokens()
         credentials = _credentials(settings)
         self._store_open = True  # close() also releases the database thread after a failed open
@@ -193,7 +211,8 @@ class ControlPlane:
             await self._http.stop()
         if self._store_open:
             await self.store.close()
-        log.info("control_plane_stopped")
+        if self.grpc_address is not None:  # a startup error is one line on stderr (SPEC §1), no more
+            log.info("control_plane_stopped")
 
     async def __aenter__(self) -> ControlPlane:
         await self.start()
