@@ -60,6 +60,11 @@ from dataplane.router.h2_wire import (
 from dataplane.router.request_body import RequestBody, body_window
 
 
+def _data_header(size: int, flags: int) -> bytes:
+    """Length, type and flags of a DATA frame header (RFC 9113 §4.1); the stream id follows."""
+    return bytes((size >> 16, (size >> 8) & 0xFF, size & 0xFF, DATA, flags))
+
+
 class CodecListener(Protocol):
     """What the connection does with decoded frames (called from ``ClientCodec.feed``)."""
 
@@ -176,22 +181,34 @@ class ClientCodec:
         windows = self._windows.get(stream_id)
         return 0 if windows is None else min(windows.send, self.conn_send_window)
 
-    def data(self, stream_id: int, body: RequestBody, start: int, stop: int, end_stream: bool) -> bytes:
-        """DATA frames for bytes ``[start, stop)`` of ``body`` (which must fit ``sendable``), split
-        at the peer's frame size. Each payload is copied once, into its frame, straight from the
-        body's segments (a spliced body is never joined first; a frame may straddle segments)."""
+    def data(
+        self, stream_id: int, body: RequestBody, start: int, stop: int, end_stream: bool, prefix: bytes = b""
+    ) -> bytes | bytearray:
+        """``prefix`` (e.g. the HEADERS block, so both leave in one write), then DATA frames for
+        bytes ``[start, stop)`` of ``body`` (which must fit ``sendable``), split at the peer's
+        frame size. The body is copied once, straight from its segments into one buffer (a
+        spliced body is never joined first; a frame may straddle segments): building frames and
+        joining them cost 4-5x more on a 4 MiB body (allocations and page faults of the copies)."""
         n = stop - start
         self._windows[stream_id].send -= n
         self.conn_send_window -= n
         flags = END_STREAM if end_stream else 0
+        sid = stream_id.to_bytes(4, "big")
         limit = self.peer_max_frame
         if n <= limit:
-            return frame(DATA, flags, stream_id, body_window(body, start, stop))
-        chunks = []
+            return b"".join((prefix, _data_header(n, flags), sid, body_window(body, start, stop)))
+        out = bytearray(len(prefix) + n + 9 * -(-n // limit))
+        out[: len(prefix)] = prefix
+        pos = len(prefix)
         for off in range(start, stop, limit):
             end = min(off + limit, stop)
-            chunks.append(frame(DATA, flags if end == stop else 0, stream_id, body_window(body, off, end)))
-        return b"".join(chunks)
+            size = end - off
+            out[pos : pos + 5] = _data_header(size, flags if end == stop else 0)
+            out[pos + 5 : pos + 9] = sid
+            pos += 9
+            out[pos : pos + size] = body_window(body, off, end)
+            pos += size
+        return out
 
     def reset(self, stream_id: int, code: int) -> bytes:
         """RST_STREAM for a stream we give up on (§6.4); forgets its state."""

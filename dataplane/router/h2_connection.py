@@ -138,7 +138,7 @@ class H2Connection(asyncio.Protocol):
             n = min(codec.sendable(sid), len(body))
             if n == len(body):
                 # The common case: headers and the whole body in one write.
-                transport.write(block + codec.data(sid, body, 0, n, True))
+                transport.write(codec.data(sid, body, 0, n, True, prefix=block))
                 stream.pending_off = n
                 return stream
             transport.write(block)
@@ -262,7 +262,7 @@ class H2Connection(asyncio.Protocol):
         self._finished(sid)
         stream.ended()
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | bytearray) -> None:
         if data and self._transport is not None and not self.closed:
             self._transport.write(data)
 

@@ -11,6 +11,8 @@ wire are exactly ``bytes(body)``.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Sequence
 
 Segment = bytes | memoryview
@@ -19,16 +21,12 @@ Segment = bytes | memoryview
 class SplicedBody:
     """A body as consecutive segments (views of the client's body and the injected bytes)."""
 
-    __slots__ = ("_ends", "segments")
+    __slots__ = ("_ends", "_views", "segments")
 
     def __init__(self, segments: Sequence[Segment]) -> None:
         self.segments: tuple[Segment, ...] = tuple(segments)
-        ends: list[int] = []
-        end = 0
-        for segment in self.segments:
-            end += len(segment)
-            ends.append(end)
-        self._ends = ends  # offset just past each segment
+        self._views = [memoryview(segment) for segment in self.segments]
+        self._ends = list(itertools.accumulate(len(segment) for segment in self.segments))
 
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
@@ -42,17 +40,18 @@ class SplicedBody:
     def window(self, start: int, stop: int) -> Segment:
         """Bytes ``[start, stop)``: a zero-copy view when they lie in one segment, else a copy of
         only that range (an h2 DATA frame straddling the injection point)."""
-        pieces: list[Segment] = []
-        begin = 0
-        for segment, end in zip(self.segments, self._ends, strict=True):
-            if end > start and begin < stop:
-                view = memoryview(segment)[max(start - begin, 0) : min(stop, end) - begin]
-                pieces.append(view)
-            if end >= stop:
-                break
-            begin = end
-        if len(pieces) == 1:
-            return pieces[0]
+        ends = self._ends
+        i = bisect.bisect_right(ends, start)  # the segment holding byte ``start``
+        if i == len(ends):
+            return b""
+        begin = ends[i - 1] if i else 0
+        if stop <= ends[i]:
+            return self._views[i][start - begin : stop - begin]
+        pieces: list[Segment] = [self._views[i][start - begin :]]
+        while ends[i] < stop:
+            begin = ends[i]
+            i += 1
+            pieces.append(self._views[i][: stop - begin])
         return b"".join(pieces)
 
 
