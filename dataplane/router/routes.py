@@ -21,8 +21,16 @@ JUDGED: Final[dict[bytes, bool]] = {CHAT: False, COMPLETIONS: False, GENERATE: T
 
 
 def split_target(target: bytes) -> tuple[bytes, bytes]:
-    """``/p?q`` -> (``/p``, ``?q``); the query keeps its ``?`` (or is empty)."""
+    """``/p?q`` -> (``/p``, ``?q``); the query keeps its ``?`` (or is empty).
+
+    The path also ends at a ``#``: a fragment has no place in a request target (RFC 9112
+    §3.2), but the engine's URL parser (httptools under uvicorn) drops it and routes
+    ``/v1/chat/completions#x`` to chat, so it must be judged as that path too.
+    """
     cut = target.find(b"?")
+    fragment = target.find(b"#", 0, None if cut < 0 else cut)
+    if fragment >= 0:
+        return target[:fragment], b""
     if cut < 0:
         return target, b""
     return target[:cut], target[cut:]

@@ -125,3 +125,16 @@ def test_end_to_end_headers_are_forwarded_and_hop_by_hop_dropped(
     assert headers["x-request-id"] == "abc"
     assert "x-hop" not in headers
     assert "te" not in headers
+
+
+def test_a_fragment_cannot_escape_the_contract(recorded: RouterProcess, capture: CaptureWorker) -> None:
+    """``/v1/chat/completions#x`` is judged as chat (uvicorn's httptools routes it there): a
+    violation is refused, an accepted body is injected and forwarded without the fragment."""
+    for target in ("/v1/chat/completions#x", "/generate#?a=1", "/v1/x/..%2Fcompletions#y"):
+        refused = request(
+            recorded, "POST", target, b'{"temperature":0.9,"sampling_params":{"temperature":0.9}}'
+        )
+        assert refused.status == 400, target
+        assert refused.error_code == "sampling_contract_violation"
+    assert forwarded(recorded, capture, "/v1/chat/completions#x", b"{}") == b'{"temperature":0.5,"n":1}'
+    assert capture.requests[-1][0] == "/v1/chat/completions"

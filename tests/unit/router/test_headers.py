@@ -78,3 +78,10 @@ def test_canonical_path_is_idempotent(path: bytes, noise: list[str]) -> None:
     spelled = path + "".join(noise).encode()
     once = canonical_path(spelled)
     assert canonical_path(once) == once
+
+
+def test_a_fragment_ends_the_path() -> None:
+    """``/v1/chat/completions#x`` is that judged path (the engine's URL parser drops fragments)."""
+    assert split_target(b"/v1/chat/completions#x") == (b"/v1/chat/completions", b"")
+    assert split_target(b"/generate#a?b=1") == (b"/generate", b"")
+    assert split_target(b"/v1/completions?a=1#b") == (b"/v1/completions", b"?a=1#b")
