@@ -5,8 +5,8 @@ Splicing ``,"top_p":0.95`` before the final ``}`` of a 4 MiB body by concatenati
 whole body once more: a measured 0.5-0.9 ms, 15-25 % of the probe + enforce cost of such a body
 (bench/README.md, "probe"). ``SplicedBody`` keeps zero-copy views of the client's bytes around
 the injected bytes instead; the upstream writers send the segments one after the other
-(``upstream_h1``) or frame them across segment boundaries (``h2_connection``). The bytes on the
-wire are exactly ``bytes(body)``.
+(``upstream_h1``) or cut DATA frames straight from them, across segment boundaries
+(``h2_codec``). The bytes on the wire are exactly ``bytes(body)``.
 """
 
 from __future__ import annotations
