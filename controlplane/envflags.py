@@ -57,6 +57,10 @@ class EnvArgumentParser(argparse.ArgumentParser):
         longs = [n for n in action.option_strings if n.startswith("--")]
         if not longs or action.dest == "help":
             return action
+        if action.help is not argparse.SUPPRESS:
+            # --help names the variable too: operators find the rule where they look for flags.
+            tag = f"[env {env_name(longs[0])}]"
+            action.help = f"{action.help} {tag}" if action.help else tag
         raw = self._environ.get(env_name(longs[0]))
         if raw is None:
             return action

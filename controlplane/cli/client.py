@@ -65,6 +65,8 @@ def add_connection_arguments(parser: argparse.ArgumentParser, *, inherited: bool
     ]
     if inherited:
         for action in actions:
+            if action.default is not None:  # still shown in --help; the command's parser applies it
+                action.help = f"{action.help or ''} (default: {action.default})".lstrip()
             action.default = argparse.SUPPRESS
 
 

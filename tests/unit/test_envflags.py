@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from controlplane.envflags import EnvArgumentParser, env_name
@@ -73,3 +75,15 @@ def test_help_shows_defaults_but_not_missing_ones() -> None:
     text = p.format_help()
     assert "(default: 10)" in text
     assert "(default: None)" not in text and "(default: [])" not in text
+
+
+def test_help_names_each_flags_environment_variable() -> None:
+    """--help shows FLEETPLANE_<FLAG> next to each long flag, with or without a help text."""
+    p = EnvArgumentParser(prog="t", environ={})
+    p.add_argument("--max-body-bytes", type=int, default=10, help="limit")
+    p.add_argument("--router-id", default=None)
+    p.add_argument("--hidden", default=None, help=argparse.SUPPRESS)
+    text = " ".join(p.format_help().split())
+    assert "limit [env FLEETPLANE_MAX_BODY_BYTES] (default: 10)" in text
+    assert "--router-id ROUTER_ID [env FLEETPLANE_ROUTER_ID]" in text
+    assert "FLEETPLANE_HIDDEN" not in text
