@@ -220,3 +220,25 @@ def test_a_restarted_publisher_on_the_same_port_is_followed(stub, pubs) -> None:
     finally:
         again.close(0)
         stub.DeregisterWorker(pb.DeregisterWorkerRequest(url=url), timeout=10)
+
+
+def test_registered_workers_survive_sigkill_and_are_subscribed_again(pubs) -> None:  # type: ignore[no-untyped-def]
+    """After kill -9 and a restart the registry is intact and the worker's frames show again."""
+    sock, port = pubs()
+    with ControlPlaneProcess() as cp:
+        with grpc.insecure_channel(cp.target) as channel:
+            register(load_pb2_grpc.LoadServiceStub(channel), URL, [f"tcp://127.0.0.1:{port}"])
+        cp.kill()
+        cp.start()
+        with grpc.insecure_channel(cp.target) as channel:
+            stub = load_pb2_grpc.LoadServiceStub(channel)
+            (worker,) = stub.ListWorkers(pb.ListWorkersRequest(), timeout=10).workers
+            assert (worker.url, list(worker.models), list(worker.load_endpoints)) == (
+                URL,
+                ["audit-model"],
+                [f"tcp://127.0.0.1:{port}"],
+            )
+            seqs = iter(range(10_000))
+            publish_until(
+                sock, lambda: frame(next(seqs), 6, 0, 1, 2, 0), lambda: view(stub, URL).num_running_reqs == 6
+            )
