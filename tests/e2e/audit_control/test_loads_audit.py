@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -242,3 +243,27 @@ def test_registered_workers_survive_sigkill_and_are_subscribed_again(pubs) -> No
             publish_until(
                 sock, lambda: frame(next(seqs), 6, 0, 1, 2, 0), lambda: view(stub, URL).num_running_reqs == 6
             )
+
+
+def test_a_publisher_that_binds_after_registration_is_picked_up(stub) -> None:  # type: ignore[no-untyped-def]
+    """Registered before its engine publishes (the usual order at boot): frames show once it binds."""
+    url = "http://127.0.0.1:13"
+    with socket.socket() as probe:  # a port nobody listens on yet
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    register(stub, url, [f"tcp://127.0.0.1:{port}"])
+    time.sleep(1.5)  # the subscriber has failed to connect a few times by now
+    ctx = zmq.Context.instance()
+    late = ctx.socket(zmq.PUB)
+    late.setsockopt(zmq.LINGER, 0)
+    try:
+        late.bind(f"tcp://127.0.0.1:{port}")
+        started = time.monotonic()
+        seqs = iter(range(10_000))
+        publish_until(
+            late, lambda: frame(next(seqs), 8, 0, 1, 2, 0), lambda: view(stub, url).num_running_reqs == 8
+        )
+        assert time.monotonic() - started < 5
+    finally:
+        late.close(0)
+        stub.DeregisterWorker(pb.DeregisterWorkerRequest(url=url), timeout=10)
