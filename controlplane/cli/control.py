@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--auth-tokens",
         default=None,
         metavar="FILE",
-        help='JSON {"NAME": {"token": "...", "role": "admin|router|viewer"}}; required off loopback',
+        help='JSON {"NAME": {"token": "...", "role": "admin|router|viewer"}} (or lines NAME TOKEN ROLE); '
+        "required off loopback",
     )
     parser.add_argument("--tls-cert", default=None, metavar="FILE", help="server certificate (PEM)")
     parser.add_argument("--tls-key", default=None, metavar="FILE", help="server private key (PEM)")

@@ -9,6 +9,10 @@ secret and role::
       "grafana":  {"token": "s3cr3t-viewer", "role": "viewer"}
     }
 
+``{"NAME": ["TOKEN", "ROLE"]}``, a list of ``{"name", "token", "role"}`` objects and plain
+lines of ``NAME TOKEN ROLE`` (spaces, commas or colons between; ``#`` comments) are read too:
+SPEC §6 only says the file maps names to (token, role).
+
 The name is what history records as the author of a change. Roles, by method-name verb in
 any ``controlplane.*`` service: ``admin`` may call everything; ``router`` ``Get*``, ``List*``,
 ``Watch*`` and ``Report*``; ``viewer`` ``Get*``, ``List*`` and ``Watch*`` (which covers
@@ -120,31 +124,79 @@ class TokenTable:
 
 
 def parse_tokens(text: str) -> TokenTable:
-    """Parse the tokens file's JSON (see the module docstring)."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TokenFileError(f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(doc, dict) or not doc:
-        raise TokenFileError('must be a non-empty JSON object {"NAME": {"token": ..., "role": ...}}')
+    """Parse the tokens file (see the module docstring): JSON, or one ``NAME TOKEN ROLE`` per line."""
+    entries = _json_entries(text) if text.lstrip()[:1] in ("{", "[") else _line_entries(text)
+    if not entries:
+        raise TokenFileError(f"names no token; expected {_SHAPES}")
     roles = ", ".join(r.value for r in Role)
-    entries: dict[str, tuple[str, Role]] = {}
+    table: dict[str, tuple[str, Role]] = {}
     seen: dict[str, str] = {}
-    for name, spec in doc.items():
-        if not name:
+    for name, token, role in entries:
+        if not isinstance(name, str) or not name:
             raise TokenFileError("a token name is empty")
-        if not isinstance(spec, dict) or set(spec) != {"token", "role"}:
-            raise TokenFileError(f'{name!r}: must be {{"token": "...", "role": "{roles}"}}')
-        token, role = spec["token"], spec["role"]
+        if name in table:
+            raise TokenFileError(f"{name!r}: listed twice")
         if not isinstance(token, str) or not token or not token.isprintable() or " " in token:
             raise TokenFileError(f"{name!r}: token must be a non-empty printable string without spaces")
-        if role not in {r.value for r in Role}:
+        if not isinstance(role, str) or role.lower() not in {r.value for r in Role}:
             raise TokenFileError(f"{name!r}: role must be one of {roles}, got {role!r}")
         if token in seen:
             raise TokenFileError(f"{name!r}: same token as {seen[token]!r}")
         seen[token] = name
-        entries[name] = (token, Role(role))
-    return TokenTable(entries)
+        table[name] = (token, Role(role.lower()))
+    return TokenTable(table)
+
+
+_SHAPES = (
+    '{"NAME": {"token": "...", "role": "admin|router|viewer"}} (or {"NAME": ["TOKEN", "ROLE"]}, '
+    '[{"name": ..., "token": ..., "role": ...}], or lines of NAME TOKEN ROLE)'
+)
+_Entry3 = tuple[object, object, object]
+
+
+def _json_entries(text: str) -> list[_Entry3]:
+    """``{name: {"token", "role"}}``, ``{name: [token, role]}`` or ``[{"name", "token", "role"}]``."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TokenFileError(f"not valid JSON ({exc.msg} at line {exc.lineno}); expected {_SHAPES}") from None
+    entries: list[_Entry3] = []
+    if isinstance(doc, dict):
+        for name, spec in doc.items():
+            if isinstance(spec, dict) and set(spec) == {"token", "role"}:
+                entries.append((name, spec["token"], spec["role"]))
+            elif isinstance(spec, list) and len(spec) == 2:
+                entries.append((name, spec[0], spec[1]))
+            else:
+                raise TokenFileError(f'{name!r}: must be {{"token": ..., "role": ...}} or [TOKEN, ROLE]')
+    elif isinstance(doc, list):
+        for i, item in enumerate(doc):
+            if not isinstance(item, dict) or set(item) != {"name", "token", "role"}:
+                raise TokenFileError(f'entry {i}: must be {{"name": ..., "token": ..., "role": ...}}')
+            entries.append((item["name"], item["token"], item["role"]))
+    return entries
+
+
+def _line_entries(text: str) -> list[_Entry3]:
+    """``NAME TOKEN ROLE`` per line, separated by spaces, commas or colons; ``#`` starts a comment."""
+    entries: list[_Entry3] = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        sep = next((c for c in ",:" if c in line), None)
+        if sep is None:
+            fields = line.split()
+        else:  # the token may hold the separator: the name is first and the role last
+            name, _, rest = line.partition(sep)
+            token, _, role = rest.rpartition(sep)
+            fields = [name, token, role] if token else []
+        fields = [f.strip() for f in fields]
+        if len(fields) != 3:
+            raise TokenFileError(f"line {lineno}: not valid JSON, nor NAME TOKEN ROLE; expected {_SHAPES}")
+        if [f.lower() for f in fields] != ["name", "token", "role"]:  # a CSV header line
+            entries.append((fields[0], fields[1], fields[2]))
+    return entries
 
 
 def load_tokens(path: Path) -> TokenTable:

@@ -100,3 +100,38 @@ def test_refusals_never_quote_a_secret():
 def test_bearer_parsing(header, token):
     """Only the Bearer scheme (case-insensitive) carries a token."""
     assert bearer_token(header) == token
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"ops": ["abc123", "admin"], "r1": ["xyz789", "Router"]}',
+        '[{"name": "ops", "token": "abc123", "role": "admin"}, {"name": "r1", "token": "xyz789", "role": "router"}]',
+        "# name token role\nops abc123 admin\n\nr1\txyz789  router  # the edge\n",
+        "name,token,role\nops,abc123,admin\nr1,xyz789,router\n",
+        "ops:abc123:admin\nr1:xyz789:router\n",
+    ],
+)
+def test_other_shapes_of_names_to_token_and_role(text):
+    """The (token, role) pair, a list of objects and NAME TOKEN ROLE lines all read the same table."""
+    table = parse_tokens(text)
+    assert table.lookup("abc123") == Principal("ops", Role.ADMIN)
+    assert table.lookup("xyz789") == Principal("r1", Role.ROUTER)
+    assert len(table) == 2
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ops abc123",
+        "ops abc123 admin extra",
+        '{"a": ["t"]}',
+        '[{"name": "a", "token": "t"}]',
+        "a t root",
+        "a t admin\na u admin",
+    ],
+)
+def test_malformed_other_shapes_are_refused(text):
+    """A short or long line, a one-element pair, a missing key, a bad role or a repeated name is refused."""
+    with pytest.raises(TokenFileError):
+        parse_tokens(text)
