@@ -9,7 +9,7 @@ server; the rest happens in callbacks of this object:
 - ``on_response`` (the worker's head arrived, called from the upstream connection's
   ``data_received``): a complete answer is written to the client in one go and the request is
   finished there; an answer still on its way (large, or SSE) is relayed by a task from then on
-  (``Proxy.relay_rest``), exactly as on the task path;
+  (``relay.relay_rest``), exactly as on the task path;
 - ``on_failure`` (timeout, worker dropped the connection before the head): the SPEC §5 error;
 - ``on_client_gone`` (``Responder.on_disconnect``): the upstream connection is closed (RFC 9112
   §9.6: the only way to cancel an h1 exchange), the answer aborted.
@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING
 
 from dataplane.http import Request, Responder, answer_internal_error, spawn
 from dataplane.router.admission import Slot
-from dataplane.router.errors import RouterError, UpstreamTimeout
+from dataplane.router.errors import RouterError
 from dataplane.router.headers import Headers
-from dataplane.router.metrics import BODY_INCOMPLETE, CLIENT_GONE, OK, TIMEOUT, RouteStats
+from dataplane.router.metrics import CLIENT_GONE, OK, RouteStats
+from dataplane.router.relay import CLIENT_CLOSED, answer_error, outcome_of, relay_rest
 from dataplane.router.upstream import UpstreamResponse
 from dataplane.router.workers import Worker
 
@@ -39,8 +40,6 @@ if TYPE_CHECKING:
     from dataplane.router.upstream_h1 import _Connection
 
 _log = logging.getLogger(__name__)
-
-CLIENT_CLOSED = 499  # nginx's status for "client went away"; only ever a metrics label
 
 
 class Exchange:
@@ -96,7 +95,9 @@ class Exchange:
                 proxy = self._proxy
                 spawn(
                     proxy.loop,
-                    proxy.relay_rest(
+                    relay_rest(
+                        proxy.loop,
+                        proxy.metrics,
                         self._stats,
                         self._started,
                         responder,
@@ -130,9 +131,8 @@ class Exchange:
         try:
             worker.inflight -= 1
             worker.record_failure()
-            outcome = TIMEOUT if isinstance(error, UpstreamTimeout) else BODY_INCOMPLETE
-            self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, outcome)
-            status = self._proxy.answer_error(responder, error, self._extra)
+            self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(error))
+            status = answer_error(responder, error, self._extra)
         except Exception:
             self._bug()
             return

@@ -6,11 +6,10 @@ the contract (or malformed, or for an unknown model) never takes a queue slot or
 worker. Other ``POST /v1/*`` paths skip the contract and go through the same admission and
 forwarding. The GET surface lives in ``endpoints``.
 
-Relaying: a small complete answer goes back in one write; a non-streaming answer still on its
-way is collected up to ``BUFFER_NON_STREAMING`` bytes (so a worker dying midway can still be
-answered with a clean 502 envelope), beyond that it is streamed; an SSE answer is forwarded
-chunk by chunk as it arrives. A worker failing after the head went out ends an SSE stream with a
-final ``error`` event and breaks any other answer (SPEC §5).
+Forwarding: with a free slot and an idle HTTP/1.1 connection to the picked worker the request is
+written at once and answered from the connection's callbacks (``exchange``, no task); anything
+else (queueing, connecting, h2c workers, retries) runs as the request's task. A small complete
+answer goes back in one write; the rest is relayed by ``relay`` (SPEC §5).
 
 Retries: only ``UpstreamUnreachable`` (the request bytes never reached a worker) is retried, on
 another worker, at most ``retry_attempts`` tries in all, with jittered backoff (SPEC §5).
@@ -25,10 +24,10 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
-from dataplane.http import DEFERRED, ClientDisconnected, Deferred, Request, Responder
+from dataplane.http import DEFERRED, Deferred, Request, Responder
 from dataplane.router.admission import Admission, Slot
 from dataplane.router.balancer import Balancer
-from dataplane.router.endpoints import Endpoints, error_headers
+from dataplane.router.endpoints import Endpoints
 from dataplane.router.enforce import enforce
 from dataplane.router.errors import (
     BadRequest,
@@ -42,30 +41,24 @@ from dataplane.router.errors import (
     UpstreamBodyIncomplete,
     UpstreamTimeout,
     UpstreamUnreachable,
-    error_body,
-    sse_error_event,
 )
-from dataplane.router.exchange import CLIENT_CLOSED, Exchange
+from dataplane.router.exchange import Exchange
 from dataplane.router.headers import Headers, end_to_end, without_control_chars
 from dataplane.router.metrics import (
-    BODY_INCOMPLETE,
     CLIENT_GONE,
     OK,
-    TIMEOUT,
     UNREACHABLE,
     RouterMetrics,
     RouteStats,
 )
 from dataplane.router.probe import probe_body
+from dataplane.router.relay import CLIENT_CLOSED, answer_error, outcome_of, relay
 from dataplane.router.request_body import RequestBody
 from dataplane.router.routes import JUDGED, canonical_path, split_target
 from dataplane.router.state import RouterState
-from dataplane.router.upstream import UpstreamResponse
 from dataplane.router.upstream_h1 import H1Pool
 from dataplane.router.workers import Worker
 
-BUFFER_NON_STREAMING = 1 << 20
-_EVENT_STREAM = b"text/event-stream"
 _MAX_MODEL_IN_MESSAGE = 200
 _NONE: Headers = []  # no extra headers (never mutated)
 # RFC 9110 §15.5.6: a 405 names the methods the resource supports.
@@ -124,7 +117,7 @@ class Proxy:
         if generate is not None:
             stats = self._judged_stats[path]
             if method != b"POST":
-                status = self._error(responder, MethodNotAllowed(), _ALLOW_POST)
+                status = answer_error(responder, MethodNotAllowed(), _ALLOW_POST)
             else:
                 judged = self._judge(request, responder, generate)
                 if isinstance(judged, int):
@@ -144,17 +137,17 @@ class Proxy:
             try:
                 _, group = self._group(_model_of(request.body))
             except RouterError as err:
-                status = self._error(responder, err, _NONE)
+                status = answer_error(responder, err, _NONE)
             else:
                 return self._send(
                     stats, started, request, responder, request.path, request.body, group, _NONE, False
                 )
         elif endpoint is not None:  # a GET endpoint asked with another method
             stats = endpoint[0]
-            status = self._error(responder, MethodNotAllowed(), _ALLOW_GET)
+            status = answer_error(responder, MethodNotAllowed(), _ALLOW_GET)
         else:
             stats = self._unknown_stats
-            status = self._error(responder, RouteNotFound(), _NONE)
+            status = answer_error(responder, RouteNotFound(), _NONE)
         stats.observe(status, perf_counter() - started)
         return None
 
@@ -164,7 +157,7 @@ class Proxy:
         """Probe, model lookup, contract (SPEC §3.3): the body to forward, or the status answered."""
         contracts = self._state.contracts
         if contracts is None:
-            return self._error(responder, ContractUnavailable(), _NONE)
+            return answer_error(responder, ContractUnavailable(), _NONE)
         extra = contracts.revision_headers
         try:
             probe = probe_body(request.body, generate=generate)
@@ -180,7 +173,7 @@ class Proxy:
                     )
                     raise
         except RouterError as err:
-            return self._error(responder, err, extra)
+            return answer_error(responder, err, extra)
         return body, group, extra, probe.stream is True
 
     def _send(
@@ -283,7 +276,7 @@ class Proxy:
                     slot = await self._admission.acquire()
                 except RouterError as err:
                     slot = None
-                    status = self._error(responder, err, extra)
+                    status = answer_error(responder, err, extra)
             if slot is not None:
                 try:
                     status = await self._forward(
@@ -342,7 +335,7 @@ class Proxy:
             tried.append(first)
             first = None
             if len(tried) >= config.retry_attempts:
-                return self._error(responder, UpstreamUnreachable(), extra)
+                return answer_error(responder, UpstreamUnreachable(), extra)
             await asyncio.sleep(random.uniform(0, config.retry_backoff_s * 2))
         while True:
             if first is not None:  # picked by ``_send`` a moment ago
@@ -354,7 +347,7 @@ class Proxy:
                     candidates = [w for w in group if w.healthy]
                 if not candidates:
                     err = UpstreamUnreachable() if tried else NoHealthyWorkers()
-                    return self._error(responder, err, extra)
+                    return answer_error(responder, err, extra)
                 worker = self._balancer.pick(candidates) if len(candidates) > 1 else candidates[0]
             worker.inflight += 1
             try:
@@ -367,15 +360,15 @@ class Proxy:
                 metrics.upstream_outcome(worker.url, worker.protocol, UNREACHABLE)
                 tried.append(worker)
                 if len(tried) >= config.retry_attempts:
-                    return self._error(responder, refused, extra)
+                    return answer_error(responder, refused, extra)
                 # Full jitter: routers retrying together must not hit the next worker in step.
                 await asyncio.sleep(random.uniform(0, config.retry_backoff_s * (1 << len(tried))))
                 continue
             except (UpstreamTimeout, UpstreamBodyIncomplete) as failed:
                 worker.inflight -= 1
                 worker.record_failure()
-                metrics.upstream_outcome(worker.url, worker.protocol, _outcome(failed))
-                return self._error(responder, failed, extra)
+                metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(failed))
+                return answer_error(responder, failed, extra)
             except BaseException:
                 worker.inflight -= 1
                 metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
@@ -390,107 +383,9 @@ class Proxy:
                 metrics.upstream_outcome(worker.url, worker.protocol, OK)
                 return response.status
             try:
-                return await self._relay(responder, worker, response, extra, stream)
+                return await relay(self._metrics, responder, worker, response, extra, stream)
             finally:
                 worker.inflight -= 1
-
-    async def relay_rest(
-        self,
-        stats: RouteStats,
-        started: float,
-        responder: Responder,
-        worker: Worker,
-        slot: Slot,
-        response: UpstreamResponse,
-        extra: Headers,
-        stream: bool,
-    ) -> None:
-        """The rest of an ``Exchange`` whose answer is still on its way, as a task (see ``_run``)."""
-        task = asyncio.current_task(self.loop)
-        assert task is not None
-        responder.on_disconnect(task.cancel)
-        try:
-            try:
-                status = await self._relay(responder, worker, response, extra, stream)
-            finally:
-                worker.inflight -= 1
-                slot.release()
-        except asyncio.CancelledError:
-            if not responder.disconnected:
-                raise
-            responder.abort()
-            status = CLIENT_CLOSED
-        finally:
-            responder.on_disconnect(None)
-        stats.observe(status, perf_counter() - started)
-
-    async def _relay(
-        self, responder: Responder, worker: Worker, response: UpstreamResponse, extra: Headers, stream: bool
-    ) -> int:
-        status = response.status
-        headers = response.headers + extra if extra else response.headers
-        sse = stream or any(n == b"content-type" and v.startswith(_EVENT_STREAM) for n, v in headers)
-        chunks = response.chunks()
-        try:
-            if not sse:
-                parts: list[bytes] = []
-                size = 0
-                while size <= BUFFER_NON_STREAMING:
-                    try:
-                        chunk = await anext(chunks)
-                    except StopAsyncIteration:
-                        responder.respond(status, headers, b"".join(parts))
-                        break
-                    parts.append(chunk)
-                    size += len(chunk)
-                else:
-                    responder.start(status, headers)
-                    await responder.write(b"".join(parts))
-            else:
-                responder.start(status, headers)
-            if not responder.finished:
-                async for chunk in chunks:
-                    await responder.write(chunk)
-                responder.end()
-        except ClientDisconnected:
-            response.abort()
-            responder.abort()
-            self._metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
-            return CLIENT_CLOSED
-        except (UpstreamBodyIncomplete, UpstreamTimeout) as failed:
-            worker.record_failure()
-            self._metrics.upstream_outcome(worker.url, worker.protocol, _outcome(failed))
-            if not responder.started:
-                return self._error(responder, failed, extra)
-            if sse:
-                try:
-                    await responder.write(sse_error_event(failed))
-                except ClientDisconnected:
-                    responder.abort()
-                    return CLIENT_CLOSED
-                responder.end()
-            else:
-                responder.abort()
-            return failed.status
-        except BaseException:
-            response.abort()
-            self._metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
-            raise
-        worker.record_success()
-        self._metrics.upstream_outcome(worker.url, worker.protocol, OK)
-        return status
-
-    @staticmethod
-    def answer_error(responder: Responder, err: RouterError, extra: Headers) -> int:
-        """Answer ``err`` with the SPEC §5 envelope; its status."""
-        return Proxy._error(responder, err, extra)
-
-    @staticmethod
-    def _error(responder: Responder, err: RouterError, extra: Headers) -> int:
-        responder.respond(
-            err.status, error_headers(err) + extra if extra else error_headers(err), error_body(err)
-        )
-        return err.status
 
 
 def _model_of(body: bytes) -> str | None:
@@ -499,7 +394,3 @@ def _model_of(body: bytes) -> str | None:
         return probe_body(body).model
     except BadRequest:
         return None  # not a JSON object (e.g. an upload): routable only in a one-model fleet
-
-
-def _outcome(err: RouterError) -> str:
-    return TIMEOUT if isinstance(err, UpstreamTimeout) else BODY_INCOMPLETE
