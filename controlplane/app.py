@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import ssl
 from collections.abc import Sequence
 from types import TracebackType
 
@@ -65,6 +66,23 @@ def _credentials(settings: ControlSettings) -> grpc.ServerCredentials | None:
         return None
     key, cert = _read("--tls-key", tls.key), _read("--tls-cert", tls.cert)
     client_ca = _read("--tls-client-ca", tls.client_ca) if tls.client_ca else None
+    # gRPC's core only says "cannot bind" (after lines of its own) for a bad certificate or
+    # key: check them here, so the one error line names the file at fault (SPEC §1).
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(str(tls.cert), str(tls.key))
+    except ssl.SSLError as exc:
+        raise SettingsError(
+            f"--tls-cert {tls.cert} / --tls-key {tls.key}: not a PEM certificate and its private key "
+            f"({exc.reason or exc})"
+        ) from None
+    if tls.client_ca is not None:
+        try:
+            context.load_verify_locations(cafile=str(tls.client_ca))
+        except ssl.SSLError as exc:
+            raise SettingsError(
+                f"--tls-client-ca {tls.client_ca}: not a PEM CA certificate ({exc.reason or exc})"
+            ) from None
     return grpc.ssl_server_credentials(
         [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
     )

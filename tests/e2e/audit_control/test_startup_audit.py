@@ -81,3 +81,17 @@ def test_environment_values_are_flags_too(tmp_path: Path) -> None:
         env={"FLEETPLANE_HTTP_LISTEN": "off", "FLEETPLANE_LOAD_STALE_AFTER_S": "-1"},
     )
     assert code == 2 and len(lines) == 1 and "--load-stale-after-s" in lines[0]
+
+
+def test_unusable_tls_files_are_one_line_naming_them(tmp_path: Path, pki: Path) -> None:
+    """A key that is not the certificate's, or a CA file with no certificate, is one line naming the flag."""
+    base = ["--listen", "127.0.0.1:0", "--http-listen", "off", "--store", f"sqlite:{tmp_path / 'c.db'}"]
+    code, lines = _control(*base, "--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "client.key"))
+    assert code == 2 and len(lines) == 1 and "--tls-key" in lines[0] and "client.key" in lines[0], lines
+    code, lines = _control(
+        *base,
+        "--tls-cert", str(pki / "server.pem"),
+        "--tls-key", str(pki / "server.key"),
+        "--tls-client-ca", str(pki / "server.ext"),
+    )  # fmt: skip
+    assert code == 2 and len(lines) == 1 and "--tls-client-ca" in lines[0], lines
