@@ -57,6 +57,22 @@ class RouterSettings:
         return f"http://{host}:{self.listen_port}"
 
 
+def _whole(text: str) -> int:
+    """An integer flag value; the error says what is allowed (SPEC §1)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+
+
+def _seconds(text: str) -> float:
+    """A duration flag value in seconds; the error says what is allowed (SPEC §1)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The SPEC §1 ``fleetplane router`` flags (shared by ``python -m dataplane`` and the CLI)."""
     parser.add_argument(
@@ -95,28 +111,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--policy", default="least_load", choices=[p.value for p in Policy], help="worker selection"
     )
     parser.add_argument(
-        "--max-concurrency", default=256, type=int, metavar="N", help="requests in flight at once"
+        "--max-concurrency", default=256, type=_whole, metavar="N", help="requests in flight at once"
     )
     parser.add_argument(
-        "--queue-size", default=100, type=int, metavar="N", help="requests waiting for a slot (0: none)"
+        "--queue-size", default=100, type=_whole, metavar="N", help="requests waiting for a slot (0: none)"
     )
     parser.add_argument(
-        "--queue-timeout-s", default=60.0, type=float, metavar="S", help="longest wait for a slot"
+        "--queue-timeout-s", default=60.0, type=_seconds, metavar="S", help="longest wait for a slot"
     )
     parser.add_argument(
         "--request-timeout-s",
         default=1800.0,
-        type=float,
+        type=_seconds,
         metavar="S",
         help="longest exchange with a worker, body included",
     )
     parser.add_argument(
-        "--max-body-bytes", default=32 * MIB, type=int, metavar="N", help="largest request body"
+        "--max-body-bytes", default=32 * MIB, type=_whole, metavar="N", help="largest request body"
     )
     parser.add_argument(
         "--processes",
         default=1,
-        type=int,
+        type=_whole,
         metavar="N",
         help="router processes sharing the port (SO_REUSEPORT)",
     )

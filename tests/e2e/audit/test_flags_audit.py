@@ -69,7 +69,8 @@ def test_help_lists_every_spec_flag(command: str, flags: list[str]) -> None:
     ("args", "names"),
     [
         (["--policy", "random"], ["--policy", "random", "least_load"]),
-        (["--max-concurrency", "lots"], ["--max-concurrency", "lots"]),
+        (["--max-concurrency", "lots"], ["--max-concurrency", "lots", "whole number"]),
+        (["--queue-timeout-s", "soon"], ["--queue-timeout-s", "soon", "seconds"]),
         (["--max-concurrency", "0"], ["--max-concurrency", "0"]),
         (["--queue-timeout-s", "-1"], ["--queue-timeout-s", "-1"]),
         (["--sampling-param-conflict", "allow"], ["--sampling-param-conflict", "--override-sampling-params"]),
