@@ -141,9 +141,13 @@ class ControlSettings:
                 f"--listen {listen!r}: a non-loopback address needs --auth-tokens FILE (SPEC §6 Auth)"
             )
         if (tls_cert is None) != (tls_key is None):
-            raise SettingsError("--tls-cert and --tls-key: give both or neither")
+            given = f"--tls-cert {tls_cert}" if tls_cert is not None else f"--tls-key {tls_key}"
+            missing = "--tls-key" if tls_cert is not None else "--tls-cert"
+            raise SettingsError(f"{given}: needs {missing} too (give both or neither)")
         if tls_client_ca is not None and tls_cert is None:
-            raise SettingsError("--tls-client-ca: needs --tls-cert and --tls-key")
+            raise SettingsError(
+                f"--tls-client-ca {tls_client_ca}: needs --tls-cert and --tls-key (mTLS is TLS first)"
+            )
         tls = None
         if tls_cert is not None and tls_key is not None:
             tls = TlsFiles(Path(tls_cert), Path(tls_key), Path(tls_client_ca) if tls_client_ca else None)

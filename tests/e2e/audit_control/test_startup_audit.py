@@ -44,7 +44,9 @@ CASES: list[tuple[list[str], str]] = [
     (["--store", "sqlite:/proc/no/such/dir/c.db"], "--store"),
     (["--auth-tokens", "TMP/missing.json"], "--auth-tokens"),
     (["--auth-tokens", "TMP/tokens.json"], "--auth-tokens"),
-    (["--tls-cert", "TMP/c.pem"], "--tls-"),
+    (["--tls-cert", "TMP/c.pem"], "--tls-cert TMP/c.pem: needs --tls-key"),
+    (["--tls-key", "TMP/k.pem"], "--tls-key TMP/k.pem: needs --tls-cert"),
+    (["--tls-client-ca", "TMP/ca.pem"], "--tls-client-ca TMP/ca.pem"),
     (["--tls-cert", "TMP/c.pem", "--tls-key", "TMP/k.pem"], "--tls-"),
     (["--load-stale-after-s", "0"], "--load-stale-after-s"),
     (["--load-push-interval-ms", "0"], "--load-push-interval-ms"),
@@ -65,7 +67,7 @@ def test_a_startup_error_is_one_line_naming_the_flag(
     ]
     code, lines = _control("--listen", "127.0.0.1:0", *defaults, *flags)
     assert code != 0
-    assert len(lines) == 1 and flag in lines[0], lines
+    assert len(lines) == 1 and flag.replace("TMP", str(tmp_path)) in lines[0], lines
 
 
 def test_environment_values_are_flags_too(tmp_path: Path) -> None:
