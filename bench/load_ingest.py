@@ -271,8 +271,10 @@ async def measure_control_plane(
                 return ok, sum(r.frames_received for w in loads.workers for r in w.ranks)
 
             deadline = time.monotonic() + 60
-            while (await fresh())[0] < len(urls):
-                assert time.monotonic() < deadline, "workers never all FRESH"
+            while (state := await fresh())[0] < len(urls):
+                assert time.monotonic() < deadline, f"workers never all FRESH: {state}"
+                if os.environ.get("BENCH_DEBUG"):
+                    print(f"  waiting: {state[0]} FRESH, {state[1]} frames so far", file=sys.stderr)
                 await asyncio.sleep(0.2)
 
             call = stub.WatchLoads(load_pb2.WatchLoadsRequest(router_id="bench"))
@@ -286,6 +288,8 @@ async def measure_control_plane(
 
             watcher = asyncio.create_task(watch())
             await asyncio.sleep(1.0)
+            if os.environ.get("BENCH_DEBUG"):
+                print(f"  measuring (control plane pid {proc.pid})", file=sys.stderr)
             (_, f0), c0, t0 = await fresh(), cpu_seconds(proc.pid), time.monotonic()
             await asyncio.sleep(seconds)
             (_, f1), c1, t1 = await fresh(), cpu_seconds(proc.pid), time.monotonic()

@@ -138,6 +138,7 @@ class LoadSubscriber:
         self._selector = selectors.DefaultSelector()
         self._batch: asyncio.Handle | None = None
         self._last_batch = float("-inf")
+        self._unread: list[tuple[selectors.SelectorKey, int]] = []
         self._watching = False
         self._watch()
 
@@ -299,7 +300,11 @@ class LoadSubscriber:
         self._last_batch = self._loop.time()
         now = self._clock()
         handled = 0
-        for key, _ in self._selector.select(0):
+        # Sockets a budget left unread last time go first (the selector would report them
+        # in the same order again: those at the end would starve while a backlog lasts).
+        ready = self._unread or self._selector.select(0)
+        self._unread = []
+        for index, (key, _) in enumerate(ready):
             link: _Link = key.data
             reader = link.reader
             if reader is None:
@@ -328,11 +333,12 @@ class LoadSubscriber:
                 continue
             handled += self._accept(link, messages, now)
             if handled >= BATCH_BUDGET:
+                self._unread = ready[index + 1 :]
                 break
         if handled:
             self._on_change()
         if handled >= BATCH_BUDGET:
-            # Level-triggered: what was not read is reported by the next select.
+            # Level-triggered: what is left is read in the next turn of the loop.
             self._batch = self._loop.call_soon(self._run_batch)
         else:
             self._watch()

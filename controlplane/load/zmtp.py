@@ -123,6 +123,22 @@ class FrameReader:
         messages: list[list[bytes]] = []
         parts = self._parts
         while end - pos >= 2:
+            if (
+                not parts
+                and end - pos > 18
+                and buf[pos] == 1
+                and buf[pos + 1] == 4
+                and buf[pos + 6] == 1
+                and buf[pos + 7] == 8
+                and buf[pos + 16] == 0
+            ):
+                # A load message in one step (a backlog is a run of them).
+                stop = pos + 18 + buf[pos + 17]
+                if stop > end:
+                    break
+                messages.append([buf[pos + 2 : pos + 6], buf[pos + 8 : pos + 16], buf[pos + 18 : stop]])
+                pos = stop
+                continue
             flags = buf[pos]
             if flags & _LONG:
                 if end - pos < 9:

@@ -70,3 +70,33 @@ def test_assembled_response_parses_as_the_runtime_encodes_it(
         full=full, workers=workers, removed_urls=removed, time=timestamp(unix_s)
     )
     assert load_pb2.WatchLoadsResponse.FromString(raw) == expected
+
+
+_rank_states = st.lists(
+    st.tuples(
+        st.none() | st.tuples(*[st.integers(min_value=0, max_value=2**62)] * 4),
+        st.integers(min_value=0, max_value=2**62),  # seq
+        st.none() | st.floats(min_value=0.0, max_value=100.0),  # last frame, seconds ago
+        st.integers(min_value=0, max_value=300),  # malformed frames
+    ),
+    max_size=4,
+)
+
+
+@given(states=_rank_states, restarts=st.integers(min_value=0, max_value=2))
+def test_encoded_bytes_parse_as_the_view_for_any_rank_states(
+    states: list[tuple[tuple[int, int, int, int] | None, int, float | None, int]], restarts: int
+) -> None:
+    """Property: for any rank states the hand-encoded WorkerLoad parses to GetLoads' message."""
+    table = LoadTable(stale_after_s=3.0)
+    ranks = table.set_worker(URL, [f"tcp://[::1]:{7000 + i}" for i in range(len(states))])
+    now = 1000.0
+    for rank, (counts, seq, ago, malformed) in zip(ranks, states, strict=True):
+        if counts is not None and ago is not None:
+            table.record_frame(rank, seq, LoadStat(*counts, attn_dp_rank=rank.dp_rank), now - ago)
+            rank.publisher_restarts = restarts
+            rank.dropped_frames = seq // 3
+        for _ in range(malformed):
+            table.record_malformed(rank)
+    encoded = WorkerLoadEncoder(stale_after_s=3.0).encode(URL, table.rank_states(URL) or [], now)
+    assert load_pb2.WorkerLoad.FromString(encoded) == worker_load(table.view(URL, now))  # type: ignore[arg-type]
