@@ -49,3 +49,17 @@ def test_large_bodies_reach_both_workers_with_the_injection(router: RouterProces
         assert (read["temperature"], read["top_p"], read["n"]) == (0.5, 0.9, 1)
         engines.add(json.loads(answer)["id"].split("-", 1)[1][:8])  # engine-sim's process prefix
     assert len(engines) == 2
+
+
+def test_large_generate_body_gets_its_sampling_params_restated(router: RouterProcess) -> None:
+    """A 4 MiB /generate body: the client's sampling_params is re-stated last with the injected
+    values inside it (spliced as segments), and the engine reads them."""
+    text = 'café "quoted" — line\nbreak 😀 ' * 110_000
+    body = json.dumps(
+        {"sampling_params": {"temperature": 0.5, "max_new_tokens": 1}, "text": text, "model": MODEL}
+    ).encode()
+    for _ in range(2):  # one per worker
+        status, headers, answer = post(router.url, "/generate", body, timeout_s=30)
+        assert status == 200, answer[:300]
+        read = engine_read(headers)
+        assert (read["temperature"], read["top_p"], read["n"]) == (0.5, 0.9, 1)
