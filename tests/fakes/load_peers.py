@@ -96,9 +96,18 @@ class JsonServer:
 class Pub:
     """A raw PUB socket bound on a free loopback port, sending frames with a running seq."""
 
-    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str = "tcp://127.0.0.1:*") -> None:
+    def __init__(
+        self,
+        ctx: zmq.Context[zmq.Socket[bytes]],
+        endpoint: str = "tcp://127.0.0.1:*",
+        *,
+        heartbeat_ms: int = 0,
+    ) -> None:
         self.sock = ctx.socket(zmq.PUB)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if heartbeat_ms:  # ZMTP PINGs; the peer is dropped after 3 intervals without a PONG
+            self.sock.setsockopt(zmq.HEARTBEAT_IVL, heartbeat_ms)
+            self.sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * heartbeat_ms)
         self.sock.bind(endpoint)
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.seq = 0

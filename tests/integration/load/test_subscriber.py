@@ -1,4 +1,4 @@
-"""The ZMQ ingest over loopback: raw PUB sockets send good and bad frames to LoadSubscriber."""
+"""The load ingest over loopback: libzmq PUB sockets send good and bad frames to LoadSubscriber."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from controlplane.load import subscriber
 from controlplane.load.subscriber import LoadSubscriber
 from controlplane.load.table import Freshness, LoadTable, RankState
 from controlplane.load.wire import LoadStat, encode_frame
@@ -193,3 +194,75 @@ async def test_ipv6_literal_and_localhost_endpoints_connect(
         v4.send(LoadStat(2, 0, 0, 0, 1))
         await asyncio.sleep(0.02)
     v6.close(linger=0)
+
+
+async def test_heartbeating_publisher_is_answered_and_stays_connected(
+    ctx: zmq.Context[zmq.Socket[bytes]], ingest: tuple[LoadTable, LoadSubscriber, list[int]]
+) -> None:
+    """A PUB with ZMTP heartbeats (100 ms, 300 ms timeout) keeps its one connection: PINGs get PONGs."""
+    table, sub, _ = ingest
+    pub = Pub(ctx, heartbeat_ms=100)
+    monitor = pub.sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
+    (rank,) = table.set_worker(URL, [pub.endpoint])
+    sub.subscribe(URL, [rank], b"load")
+    await connect(pub, table)
+    for _ in range(50):  # a second: several heartbeat timeouts
+        pub.send(LoadStat(1, 0, 0, 0, 0))
+        await asyncio.sleep(0.02)
+    events = []
+    while monitor.poll(0):
+        events.append(recv_monitor_message(monitor)["event"])
+    pub.sock.disable_monitor()
+    monitor.close(linger=0)
+    assert events == [zmq.EVENT_ACCEPTED]
+    assert rank.publisher_restarts == 0 and rank.dropped_frames == 0
+
+
+async def test_a_peer_that_is_not_a_publisher_is_retried_until_one_is(
+    ctx: zmq.Context[zmq.Socket[bytes]], ingest: tuple[LoadTable, LoadSubscriber, list[int]]
+) -> None:
+    """An endpoint answering HTTP instead of ZMTP is retried quietly; a PUB bound there later is read."""
+    table, sub, _ = ingest
+    answered = 0
+
+    async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal answered
+        answered += 1
+        writer.write(b"HTTP/1.1 400 Bad Request\r\n\r\n".ljust(64, b" "))
+        writer.close()
+
+    server = await asyncio.start_server(http, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    (rank,) = table.set_worker(URL, [f"tcp://127.0.0.1:{port}"])
+    sub.subscribe(URL, [rank], b"load")
+    await until(lambda: answered >= 2)  # refused, then tried again after the backoff
+    server.close()
+    await server.wait_closed()
+    pub = Pub(ctx, f"tcp://127.0.0.1:{port}")
+    await connect(pub, table)
+    assert rank.frames_received >= 1 and rank.malformed_frames == 0
+
+
+async def test_a_frame_over_the_size_limit_drops_the_connection_not_the_ingest(
+    ctx: zmq.Context[zmq.Socket[bytes]],
+    ingest: tuple[LoadTable, LoadSubscriber, list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A frame bigger than MAX_MESSAGE_BYTES closes that connection; after reconnecting frames flow."""
+    monkeypatch.setattr(subscriber, "MAX_MESSAGE_BYTES", 64 * 1024)
+    pub, rank = await one_rank_worker(ctx, ingest)
+    monitor = pub.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    pub.send_raw([b"load", b"\x00" * 8, b"\x00" * 100_000])
+    deadline = time.monotonic() + 5.0
+    while not monitor.poll(0):
+        assert time.monotonic() < deadline, "the oversized frame did not end the connection"
+        await asyncio.sleep(0.01)
+    pub.sock.disable_monitor()
+    monitor.close(linger=0)
+    before = rank.frames_received
+    deadline = time.monotonic() + 5.0
+    while rank.frames_received == before:  # reconnected (the slow joiner drops the first ones)
+        assert time.monotonic() < deadline, "no frame after reconnecting"
+        pub.send(LoadStat(3, 0, 0, 0, 0))
+        await asyncio.sleep(0.02)
+    assert rank.malformed_frames == 0 and rank.stat is not None and rank.stat.num_running_reqs == 3
