@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import random
+import re
 import socket
 
-from tests.e2e.audit.conftest import MODEL, Answer, engine_read, envelope, exchange
+from tests.e2e.audit.conftest import CONTRACT, MODEL, Answer, engine_read, envelope, exchange, h2c_requests
+from tests.fakes.engine_sim import EngineSim
 from tests.fakes.router import RouterProcess
 
 
@@ -100,3 +103,48 @@ def test_conflicting_framing_is_refused(router: RouterProcess) -> None:
         [only] = answers(raw)
         assert only.status == 400
         assert only.headers["connection"] == "close"
+
+
+def test_sixty_mixed_pipelined_requests_are_answered_in_order(sim: EngineSim) -> None:
+    """Pipelined chat/completions/generate/SSE/violations on one connection (one HTTP/1.1 and one
+    h2c worker, 4 slots so some queue) come back complete and in order; the same over h2c streams."""
+    rng = random.Random(5)
+    requests: list[tuple[str, bytes, str]] = []
+    for i in range(60):
+        kind = rng.randrange(4)
+        if kind == 0:
+            path, body, want = "/v1/completions", {"prompt": f"p{i}", "max_tokens": 1 + i % 3}, "200"
+        elif kind == 1:
+            path, body, want = "/v1/completions", {"prompt": "x", "temperature": 0.9}, "400"
+        elif kind == 2:
+            chat = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "stream": True}
+            path, body, want = "/v1/chat/completions", chat, "200"
+        else:
+            path, body, want = (
+                "/generate",
+                {"text": "x", "sampling_params": {"max_new_tokens": 1 + i % 4}},
+                "200",
+            )
+        requests.append((path, json.dumps({"model": MODEL, **body}).encode(), want))
+    with (
+        EngineSim("--model", MODEL, "--http2") as h2_sim,
+        RouterProcess(
+            "--worker",
+            sim.url,
+            "--worker",
+            h2_sim.url,
+            "--override-sampling-params",
+            CONTRACT,
+            "--max-concurrency",
+            "4",
+        ) as r,
+    ):
+        pipelined = b"".join(
+            f"POST {path} HTTP/1.1\r\nHost: r\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+            for path, body, _ in requests
+        )
+        raw = exchange(r, pipelined + b"GET /health HTTP/1.1\r\nHost: r\r\nConnection: close\r\n\r\n")
+        statuses = [s.decode() for s in re.findall(rb"HTTP/1\.1 (\d{3}) ", raw)]
+        assert statuses == [want for _, _, want in requests] + ["200"]
+        streams = h2c_requests(r, [("POST", path, body) for path, body, _ in requests])
+        assert [headers[":status"] for headers, _ in streams] == [want for _, _, want in requests]
