@@ -21,7 +21,6 @@ import grpc
 import structlog
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from controlplane.server.auth import TokenFileError, TokenTable, load_tokens
 from controlplane.server.component import AppContext, Component, ComponentFactory
@@ -31,6 +30,7 @@ from controlplane.server.health import ListingHealthServicer
 from controlplane.server.http import StatusHttpServer
 from controlplane.server.interceptor import ServiceInterceptor
 from controlplane.server.load_service import load_component
+from controlplane.server.reflection import enable_reflection
 from controlplane.server.router_service import router_component
 from controlplane.settings import Address, ControlSettings, SettingsError
 from controlplane.store.backend import describe, make_store, open_tables
@@ -146,14 +146,14 @@ class ControlPlane:
 
         server = aio.server(interceptors=[ServiceInterceptor(tokens)], options=SERVER_OPTIONS)
         self._server = server
-        names = [HEALTH_SERVICE, reflection.SERVICE_NAME]
+        names = [HEALTH_SERVICE]
         for component in self._components:
             for binding in component.services:
                 binding.register(server)
                 names.append(binding.name)
                 await self._health.set(binding.name, health_pb2.HealthCheckResponse.SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        reflection.enable_server_reflection(names, server)
+        enable_reflection(names, server)
         target = str(settings.listen)
         try:
             port = (

@@ -41,3 +41,25 @@ def test_health_check_and_list_answer_for_every_service(shared_control_plane: Co
         assert {name: s.status for name, s in listed.statuses.items()} == {
             name: serving for name in ("", *OURS)
         }
+
+
+def test_reflection_v1_answers_like_v1alpha(shared_control_plane: ControlPlaneProcess) -> None:
+    """grpc.reflection.v1 (what current tools ask first) lists the services and describes itself."""
+    from grpc_reflection.v1alpha import reflection_pb2 as r  # the v1 messages are the same on the wire
+
+    with grpc.insecure_channel(shared_control_plane.target) as channel:
+        call = channel.stream_stream(
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+            request_serializer=r.ServerReflectionRequest.SerializeToString,
+            response_deserializer=r.ServerReflectionResponse.FromString,
+        )
+        requests = [
+            r.ServerReflectionRequest(list_services=""),
+            r.ServerReflectionRequest(file_containing_symbol="grpc.reflection.v1.ServerReflection"),
+            r.ServerReflectionRequest(file_containing_symbol="controlplane.v1.LoadService"),
+        ]
+        listed, itself, load = list(call(iter(requests), timeout=10))
+    names = {s.name for s in listed.list_services_response.service}
+    assert {*OURS, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"} <= names
+    assert not itself.HasField("error_response") and itself.file_descriptor_response.file_descriptor_proto
+    assert not load.HasField("error_response")
