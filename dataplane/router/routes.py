@@ -26,7 +26,12 @@ def split_target(target: bytes) -> tuple[bytes, bytes]:
     The path also ends at a ``#``: a fragment has no place in a request target (RFC 9112
     §3.2), but the engine's URL parser (httptools under uvicorn) drops it and routes
     ``/v1/chat/completions#x`` to chat, so it must be judged as that path too.
+
+    An absolute-form target (``http://host/p?q``, RFC 9112 §3.2.2: a server must accept it, and
+    the engine routes it on its path) is reduced to its origin form first.
     """
+    if target[:1] != b"/":
+        target = _origin_form(target)
     cut = target.find(b"?")
     fragment = target.find(b"#", 0, None if cut < 0 else cut)
     if fragment >= 0:
@@ -34,6 +39,19 @@ def split_target(target: bytes) -> tuple[bytes, bytes]:
     if cut < 0:
         return target, b""
     return target[:cut], target[cut:]
+
+
+def _origin_form(target: bytes) -> bytes:
+    """``scheme://authority/p?q`` -> ``/p?q`` (``/`` when the path is empty); other targets as is."""
+    scheme_end = target.find(b"://")
+    if scheme_end <= 0:
+        return target
+    start = scheme_end + 3
+    ends = [i for i in (target.find(c, start) for c in (b"/", b"?", b"#")) if i >= 0]
+    if not ends:
+        return b"/"
+    rest = target[min(ends) :]
+    return rest if rest[:1] == b"/" else b"/" + rest
 
 
 def canonical_path(path: bytes) -> bytes:

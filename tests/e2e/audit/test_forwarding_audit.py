@@ -138,3 +138,16 @@ def test_a_fragment_cannot_escape_the_contract(recorded: RouterProcess, capture:
         assert refused.error_code == "sampling_contract_violation"
     assert forwarded(recorded, capture, "/v1/chat/completions#x", b"{}") == b'{"temperature":0.5,"n":1}'
     assert capture.requests[-1][0] == "/v1/chat/completions"
+
+
+def test_absolute_form_targets_are_judged_and_forwarded_in_origin_form(
+    recorded: RouterProcess, capture: CaptureWorker
+) -> None:
+    """``POST http://host/v1/chat/completions`` (RFC 9112 §3.2.2) is judged as chat and reaches the
+    worker as ``/v1/chat/completions``; ``GET http://host/health`` is answered."""
+    target = f"http://{recorded.host}:{recorded.port}/v1/chat/completions"
+    refused = request(recorded, "POST", target, b'{"temperature":0.9}')
+    assert (refused.status, refused.error_code) == (400, "sampling_contract_violation")
+    assert forwarded(recorded, capture, target + "?q=1", b"{}") == b'{"temperature":0.5,"n":1}'
+    assert capture.requests[-1][0] == "/v1/chat/completions?q=1"
+    assert request(recorded, "GET", f"http://{recorded.host}/health").status == 200

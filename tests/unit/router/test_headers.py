@@ -85,3 +85,12 @@ def test_a_fragment_ends_the_path() -> None:
     assert split_target(b"/v1/chat/completions#x") == (b"/v1/chat/completions", b"")
     assert split_target(b"/generate#a?b=1") == (b"/generate", b"")
     assert split_target(b"/v1/completions?a=1#b") == (b"/v1/completions", b"?a=1#b")
+
+
+def test_absolute_form_targets_are_routed_on_their_path() -> None:
+    """RFC 9112 §3.2.2: ``http://host/p?q`` is ``/p`` with ``?q``; no path at all is ``/``."""
+    assert split_target(b"http://r:8080/v1/chat/completions?a=1") == (b"/v1/chat/completions", b"?a=1")
+    assert split_target(b"HTTP://r/generate#x") == (b"/generate", b"")
+    assert split_target(b"http://r?a=1") == (b"/", b"?a=1")
+    assert split_target(b"http://r") == (b"/", b"")
+    assert split_target(b"*") == (b"*", b"")
