@@ -23,7 +23,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dataplane.router.supervisor import run_supervised
 
         return run_supervised(
-            argv, settings.processes, settings.listen_host, settings.listen_port, settings.drain_grace_s
+            argv,
+            settings.processes,
+            settings.listen_host,
+            settings.listen_port,
+            settings.drain_grace_s,
+            settings.router_id,
         )
     from dataplane.router.app import serve
 

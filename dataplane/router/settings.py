@@ -24,6 +24,8 @@ from dataplane.router.balancer import Policy
 from dataplane.router.workers import WorkerAddress, WorkerUrlError
 
 MIB = 1024 * 1024
+# The longest router id the control plane accepts in a status report (SPEC §6).
+MAX_ROUTER_ID_CHARS = 256
 
 
 class SettingsError(ValueError):
@@ -134,13 +136,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1,
         type=_whole,
         metavar="N",
-        help="router processes sharing the port (SO_REUSEPORT)",
+        help="router processes sharing the port (SO_REUSEPORT); with --control-plane each reports "
+        "as ID/0 .. ID/N-1 (one rollout entry per process; a restarted process keeps its id)",
     )
     parser.add_argument(
         "--router-id",
         default=None,
         metavar="ID",
-        help="name reported to the control plane (default HOST-PID)",
+        help="name reported to the control plane (default HOST-PID; with --processes N: ID/SLOT)",
     )
 
 
@@ -168,6 +171,16 @@ def _positive(flag: str, value: float, *, allow_zero: bool = False) -> None:
     if not (value >= 0 if allow_zero else value > 0) or value != value:
         bound = "0 or more" if allow_zero else "more than 0"
         raise SettingsError(f"{flag} {value!r}: must be {bound}")
+
+
+def _check_router_id(router_id: str, processes: int) -> None:
+    # The control plane refuses a report whose id is empty or longer than 256 characters (SPEC
+    # §6): refused there, the router would reconnect forever; refused here, it is one line.
+    limit = MAX_ROUTER_ID_CHARS - (len(f"/{processes - 1}") if processes > 1 else 0)
+    if not router_id or not router_id.isprintable() or any(c.isspace() for c in router_id):
+        raise SettingsError(f"--router-id {router_id!r}: must be non-empty, printable, without spaces")
+    if len(router_id) > limit:
+        raise SettingsError(f"--router-id {router_id[:20]!r}...: at most {limit} characters")
 
 
 def settings_from_args(args: argparse.Namespace) -> RouterSettings:
@@ -212,6 +225,8 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
     ):
         if value < 1:
             raise SettingsError(f"{flag} {value}: must be at least 1")
+    if args.router_id is not None:
+        _check_router_id(args.router_id, args.processes)
     _positive("--queue-size", args.queue_size, allow_zero=True)
     _positive("--queue-timeout-s", args.queue_timeout_s)
     _positive("--request-timeout-s", args.request_timeout_s)

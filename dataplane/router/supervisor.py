@@ -11,6 +11,11 @@ router's startup-error code (2) is not restarted: the supervisor stops the other
 No orphans: children get PR_SET_PDEATHSIG (Linux), so they receive SIGTERM even if the supervisor
 itself is killed with SIGKILL.
 
+With a control plane, each child reports its status (SPEC §6 ``ReportRouterStatus``) as
+``ID/SLOT`` (``ID`` from ``--router-id``, default ``HOST-<supervisor pid>``; ``SLOT`` 0..N-1): the
+rollout view shows one entry per process, and a restarted child takes its slot's id again, with a
+new boot id, so its predecessor's reported counts stay in the totals and none is counted twice.
+
 A port of 0 is resolved once here, by binding a SO_REUSEPORT socket that is kept (never listening,
 so it takes no connections) for the supervisor's lifetime: every child, and every restarted child,
 then binds the same concrete port.
@@ -67,21 +72,31 @@ def reserve_port(host: str, port: int) -> tuple[socket.socket, int]:
     return sock, int(sock.getsockname()[1])
 
 
+# Flags the supervisor sets itself in every child (each takes one value).
+_CHILD_FLAGS = ("--processes", "--listen", "--router-id")
+
+
 def child_argv(argv: Sequence[str], listen: str) -> list[str]:
-    """The child's arguments: ``argv`` with ``--processes`` forced to 1 and ``--listen`` made concrete."""
+    """The child's arguments: ``argv`` with ``--processes`` forced to 1, ``--listen`` made concrete
+    and ``--router-id`` left out (``slot_router_id`` gives each child its own)."""
     out: list[str] = []
     skip = False
     for arg in argv:
         if skip:
             skip = False
             continue
-        if arg in ("--processes", "--listen"):
+        if arg in _CHILD_FLAGS:
             skip = True
             continue
-        if arg.startswith(("--processes=", "--listen=")):
+        if arg.startswith(tuple(f"{flag}=" for flag in _CHILD_FLAGS)):
             continue
         out.append(arg)
     return [*out, "--processes", "1", "--listen", listen]
+
+
+def slot_router_id(router_id: str, slot: int) -> str:
+    """The id child ``slot`` reports to the control plane: stable across that child's restarts."""
+    return f"{router_id}/{slot}"
 
 
 def _die_with_parent() -> None:
@@ -106,8 +121,10 @@ class Supervisor:
         *,
         grace_s: float,
         backoff: RestartBackoff | None = None,
+        router_id: str | None = None,
     ) -> None:
         self._argv = list(argv)  # complete command of one child
+        self._router_id = router_id  # None: the children get no --router-id from here
         self._processes = processes
         self._grace_s = grace_s
         self._backoffs = [backoff or RestartBackoff() for _ in range(processes)]
@@ -129,12 +146,15 @@ class Supervisor:
                 loop.remove_signal_handler(sig)
         return self._exit_code
 
-    async def _spawn(self) -> asyncio.subprocess.Process:
+    async def _spawn(self, slot: int) -> asyncio.subprocess.Process:
         env = dict(os.environ)
         env[REUSE_PORT_ENV] = "1"
         env.pop("FLEETPLANE_PROCESSES", None)
+        argv = self._argv
+        if self._router_id is not None:
+            argv = [*argv, "--router-id", slot_router_id(self._router_id, slot)]
         return await asyncio.create_subprocess_exec(
-            *self._argv, env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
+            *argv, env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
         )
 
     async def _keep(self, slot: int) -> None:
@@ -143,7 +163,7 @@ class Supervisor:
         try:
             while not self._stopping.is_set():
                 started = time.monotonic()
-                proc = await self._spawn()
+                proc = await self._spawn(slot)
                 self._children[slot] = proc
                 waited = asyncio.ensure_future(proc.wait())
                 await asyncio.wait({waited, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -178,7 +198,12 @@ class Supervisor:
 
 
 def run_supervised(
-    argv: Sequence[str], processes: int, listen_host: str, listen_port: int, grace_s: float
+    argv: Sequence[str],
+    processes: int,
+    listen_host: str,
+    listen_port: int,
+    grace_s: float,
+    router_id: str,
 ) -> int:
     """Entry for ``python -m dataplane --processes N`` (N > 1): blocks until stopped; the exit code."""
     try:
@@ -192,6 +217,6 @@ def run_supervised(
     command = [sys.executable, "-m", "dataplane", *child_argv(argv, f"{host}:{port}")]
     print(f"fleetplane router supervisor: {processes} processes on http://{host}:{port}", flush=True)
     try:
-        return asyncio.run(Supervisor(command, processes, grace_s=grace_s).run())
+        return asyncio.run(Supervisor(command, processes, grace_s=grace_s, router_id=router_id).run())
     finally:
         reservation.close()

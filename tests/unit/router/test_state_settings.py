@@ -75,6 +75,10 @@ def test_environment_variables() -> None:
         (["--max-concurrency", "0"], ["--max-concurrency", "0", "at least 1"]),
         (["--queue-timeout-s", "0"], ["--queue-timeout-s", "more than 0"]),
         (["--control-plane", "127.0.0.1:50051", "--worker", "http://a:1"], ["--worker", "--control-plane"]),
+        (["--router-id", ""], ["--router-id", "''", "non-empty"]),
+        (["--router-id", "edge a"], ["--router-id", "'edge a'", "without spaces"]),
+        # The control plane takes ids up to 256 characters; with 3 processes "/2" is appended.
+        (["--router-id", "r" * 255, "--processes", "3"], ["--router-id", "at most 254 characters"]),
     ],
 )
 def test_startup_errors_name_flag_value_and_rule(argv: list[str], names: list[str]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataplane.router.supervisor import RestartBackoff, child_argv
+from dataplane.router.supervisor import RestartBackoff, child_argv, slot_router_id
 
 
 def test_backoff_doubles_up_to_the_cap() -> None:
@@ -31,3 +31,21 @@ def test_child_argv_forces_one_process_and_the_concrete_listen() -> None:
         "--listen",
         "127.0.0.1:8123",
     ]
+
+
+def test_child_argv_leaves_the_router_id_to_the_supervisor() -> None:
+    """--router-id (either form) is dropped: each child gets its slot's id instead."""
+    argv = ["--router-id", "edge", "--router-id=edge2", "--control-plane", "h:1"]
+    assert child_argv(argv, "127.0.0.1:1") == [
+        "--control-plane",
+        "h:1",
+        "--processes",
+        "1",
+        "--listen",
+        "127.0.0.1:1",
+    ]
+
+
+def test_slot_router_id_names_the_process_slot() -> None:
+    """Child 0..N-1 reports as ID/0..ID/N-1 (the same id after a restart of that slot)."""
+    assert [slot_router_id("edge", slot) for slot in range(3)] == ["edge/0", "edge/1", "edge/2"]
