@@ -1,11 +1,11 @@
 """WatchLoads wire encoding: each changed worker serialized once, deltas assembled from bytes.
 
 At a thousand workers publishing 20 frames/s, nearly every worker changes every push
-interval, so the watch path encodes ~20 000 ``WorkerLoad`` messages a second. They are
-written in protobuf's wire format directly from the table's rank states (no view
-objects, no message objects): building a message per change cost about four times as
-much, refreshing one long-lived message per worker and serializing it about 1.3 times
-(``bench/load_ingest.py`` and the notes in bench/README.md).
+interval, so the watch path encodes ~20 000 ``WorkerLoad`` messages a second. Building a
+message per change (keyword construction plus a ``RankLoad`` per rank) cost about three
+times as much as refreshing the fields of one long-lived message per worker and
+serializing it (``bench/load_ingest.py`` and the note in bench/README.md), and no view
+objects are built in between: the encoder reads the table's rank states directly.
 
 The bytes are shared by every watcher (ARCHITECTURE: convert once per snapshot, never per
 watcher). A ``WatchLoadsResponse`` is assembled by concatenating them as its repeated
@@ -16,16 +16,14 @@ protobuf runtime's own encoding).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 
-from controlplane.load.convert import timestamp
-from controlplane.load.table import Freshness, RankState, rank_freshness, worker_freshness
+from controlplane.load.convert import FRESHNESS, timestamp
+from controlplane.load.table import Freshness, RankState, worker_freshness
 from controlplane.v1 import load_pb2
 
-_VARINT = 0  # protobuf wire types
-_FIXED64 = 1
-_LEN = 2
+_LEN = 2  # wire type of length-delimited fields
+_VARINT = 0
 _R = load_pb2.WatchLoadsResponse
 _TAG_FULL = bytes([(_R.FULL_FIELD_NUMBER << 3) | _VARINT])
 _TAG_WORKERS = bytes([(_R.WORKERS_FIELD_NUMBER << 3) | _LEN])
@@ -56,132 +54,85 @@ def watch_response(full: bool, workers: Sequence[bytes], removed: Sequence[str],
 
 
 class WorkerLoadEncoder:
-    """Serializes a worker's ``WorkerLoad`` straight from its rank states.
-
-    The per-registration parts (URL, each rank's dp rank and endpoint) are encoded once;
-    per push only the numbers are, field by field in protobuf's wire format (proto3: zero
-    values omitted, int64 as two's complement varints, doubles as fixed 64-bit). Setting
-    the fields of a long-lived protobuf message and serializing it cost about twice as much
-    (``bench/load_ingest.py``, bench/README.md); a unit test pins the bytes against the
-    protobuf runtime's parser for arbitrary states.
-    """
+    """One long-lived ``WorkerLoad`` per worker, refreshed from rank states and serialized."""
 
     def __init__(self, stale_after_s: float) -> None:
         self._stale_after_s = stale_after_s
-        # Each worker's constant parts with the rank list they were built for: the table
+        # Each message with the rank list it was built for and its rank messages: the table
         # replaces a worker's list on every (re)registration and never edits one, so the
-        # same list object means the same endpoints (an identity check per encode).
-        self._constant: dict[str, tuple[Sequence[RankState], bytes, list[bytes]]] = {}
+        # same list object means the same endpoints (an identity check: comparing endpoints
+        # per encode was a quarter of the push cost at N = 1000, bench/README.md).
+        self._messages: dict[
+            str, tuple[load_pb2.WorkerLoad, Sequence[RankState], list[load_pb2.RankLoad]]
+        ] = {}
 
     def forget(self, url: str) -> None:
-        self._constant.pop(url, None)
+        self._messages.pop(url, None)
 
     def encode(self, url: str, ranks: Sequence[RankState], now: float) -> bytes:
-        entry = self._constant.get(url)
-        if entry is None or entry[0] is not ranks:
-            prefixes = [_number(_RK_DP_RANK, r.dp_rank) + _text(_RK_ENDPOINT, r.endpoint) for r in ranks]
-            entry = (ranks, _text(_WK_URL, url), prefixes)
-            self._constant[url] = entry
+        # Called ~20 000 times a second at N = 1000: the freshness rules of table.py are
+        # inlined, and held lists of sub-messages spare walking the repeated field.
+        entry = self._messages.get(url)
+        if entry is None or entry[1] is not ranks:
+            msg = load_pb2.WorkerLoad(url=url)
+            for r in ranks:
+                msg.ranks.add(dp_rank=r.dp_rank, endpoint=r.endpoint)
+            entry = (msg, ranks, list(msg.ranks))
+            self._messages[url] = entry
+        msg = entry[0]
         deadline = now - self._stale_after_s
         running = waiting = tokens = capacity = 0
         oldest = 0.0
         any_unknown = any_stale = False
-        parts: list[bytes] = []
-        for r, prefix in zip(ranks, entry[2], strict=True):
-            freshness = rank_freshness(r, deadline)
-            any_unknown |= freshness is Freshness.UNKNOWN
-            any_stale |= freshness is Freshness.STALE
-            age = 0.0 if r.last_rx is None else max(0.0, now - r.last_rx)
-            oldest = max(oldest, age)
-            stat = r.stat
-            if stat is None:
-                r_running = r_waiting = r_tokens = r_capacity = 0
+        for r, m in zip(ranks, entry[2], strict=True):
+            last_rx = r.last_rx
+            if last_rx is None:
+                any_unknown = True
+                m.freshness = _UNKNOWN
+                age = 0.0
             else:
-                r_running = stat.num_running_reqs
-                r_waiting = stat.num_waiting_reqs
-                r_tokens = stat.num_tokens
-                r_capacity = stat.max_total_num_tokens
-                running += r_running
-                waiting += r_waiting
-                tokens += r_tokens
-                capacity += r_capacity
-            body = b"".join(
-                (
-                    prefix,
-                    _number(_RK_RUNNING, r_running),
-                    _number(_RK_WAITING, r_waiting),
-                    _number(_RK_TOKENS, r_tokens),
-                    _number(_RK_CAPACITY, r_capacity),
-                    _number(_RK_SEQ, r.seq),
-                    _RK_AGE + _double(age) if age else b"",
-                    _number(_RK_DROPPED, r.dropped_frames),
-                    _number(_RK_RESTARTS, r.publisher_restarts),
-                    _number(_RK_FRESHNESS, freshness),
-                    _number(_RK_FRAMES, r.frames_received),
-                    _number(_RK_MALFORMED, r.malformed_frames),
-                )
-            )
-            parts += (_WK_RANKS, _varint(len(body)), body)
-        worker = worker_freshness(any_unknown=any_unknown, any_stale=any_stale, ranks=len(ranks))
-        return b"".join(
-            (
-                entry[1],
-                _number(_WK_RUNNING, running),
-                _number(_WK_WAITING, waiting),
-                _number(_WK_TOKENS, tokens),
-                _number(_WK_CAPACITY, capacity),
-                _number(_WK_FRESHNESS, worker),
-                _WK_AGE + _double(oldest) if oldest else b"",
-                *parts,
-            )
-        )
+                if last_rx >= deadline:
+                    m.freshness = _FRESH
+                else:
+                    any_stale = True
+                    m.freshness = _STALE
+                age = now - last_rx if now > last_rx else 0.0
+                if age > oldest:
+                    oldest = age
+            stat = r.stat
+            if stat is not None:
+                running += stat.num_running_reqs
+                waiting += stat.num_waiting_reqs
+                tokens += stat.num_tokens
+                capacity += stat.max_total_num_tokens
+                m.num_running_reqs = stat.num_running_reqs
+                m.num_waiting_reqs = stat.num_waiting_reqs
+                m.num_tokens = stat.num_tokens
+                m.max_total_num_tokens = stat.max_total_num_tokens
+            else:  # a re-registered worker may reuse a message that had values
+                m.num_running_reqs = m.num_waiting_reqs = m.num_tokens = m.max_total_num_tokens = 0
+            m.seq = r.seq
+            m.age_s = age
+            m.frames_received = r.frames_received
+            # These only grow, and a message lives as long as its rank states: zero now
+            # means zero in the message already.
+            if r.dropped_frames:
+                m.dropped_frames = r.dropped_frames
+            if r.publisher_restarts:
+                m.publisher_restarts = r.publisher_restarts
+            if r.malformed_frames:
+                m.malformed_frames = r.malformed_frames
+        msg.num_running_reqs = running
+        msg.num_waiting_reqs = waiting
+        msg.num_tokens = tokens
+        msg.max_total_num_tokens = capacity
+        msg.freshness = FRESHNESS[
+            worker_freshness(any_unknown=any_unknown, any_stale=any_stale, ranks=len(ranks))
+        ]
+        msg.age_s = oldest
+        return msg.SerializeToString()
 
 
-_U64 = (1 << 64) - 1
-_SMALL = [bytes([i]) for i in range(0x80)]
-_double = struct.Struct("<d").pack
-
-
-def _tag(number: int, wire_type: int) -> bytes:
-    return _varint((number << 3) | wire_type)
-
-
-def _number(tag: bytes, value: int) -> bytes:
-    """An int64/int32/enum field; proto3 omits zero."""
-    if not value:
-        return b""
-    if 0 < value < 0x80:
-        return tag + _SMALL[value]
-    return tag + _varint(value & _U64)  # a negative int64 is its 64-bit two's complement
-
-
-def _text(tag: bytes, value: str) -> bytes:
-    if not value:
-        return b""
-    raw = value.encode()
-    return tag + _varint(len(raw)) + raw
-
-
-_W = load_pb2.WorkerLoad
-_WK_URL = _tag(_W.URL_FIELD_NUMBER, _LEN)
-_WK_RUNNING = _tag(_W.NUM_RUNNING_REQS_FIELD_NUMBER, _VARINT)
-_WK_WAITING = _tag(_W.NUM_WAITING_REQS_FIELD_NUMBER, _VARINT)
-_WK_TOKENS = _tag(_W.NUM_TOKENS_FIELD_NUMBER, _VARINT)
-_WK_CAPACITY = _tag(_W.MAX_TOTAL_NUM_TOKENS_FIELD_NUMBER, _VARINT)
-_WK_FRESHNESS = _tag(_W.FRESHNESS_FIELD_NUMBER, _VARINT)
-_WK_AGE = _tag(_W.AGE_S_FIELD_NUMBER, _FIXED64)
-_WK_RANKS = _tag(_W.RANKS_FIELD_NUMBER, _LEN)
-_K = load_pb2.RankLoad
-_RK_DP_RANK = _tag(_K.DP_RANK_FIELD_NUMBER, _VARINT)
-_RK_ENDPOINT = _tag(_K.ENDPOINT_FIELD_NUMBER, _LEN)
-_RK_RUNNING = _tag(_K.NUM_RUNNING_REQS_FIELD_NUMBER, _VARINT)
-_RK_WAITING = _tag(_K.NUM_WAITING_REQS_FIELD_NUMBER, _VARINT)
-_RK_TOKENS = _tag(_K.NUM_TOKENS_FIELD_NUMBER, _VARINT)
-_RK_CAPACITY = _tag(_K.MAX_TOTAL_NUM_TOKENS_FIELD_NUMBER, _VARINT)
-_RK_SEQ = _tag(_K.SEQ_FIELD_NUMBER, _VARINT)
-_RK_AGE = _tag(_K.AGE_S_FIELD_NUMBER, _FIXED64)
-_RK_DROPPED = _tag(_K.DROPPED_FRAMES_FIELD_NUMBER, _VARINT)
-_RK_RESTARTS = _tag(_K.PUBLISHER_RESTARTS_FIELD_NUMBER, _VARINT)
-_RK_FRESHNESS = _tag(_K.FRESHNESS_FIELD_NUMBER, _VARINT)
-_RK_FRAMES = _tag(_K.FRAMES_RECEIVED_FIELD_NUMBER, _VARINT)
-_RK_MALFORMED = _tag(_K.MALFORMED_FRAMES_FIELD_NUMBER, _VARINT)
+_UNKNOWN = FRESHNESS[Freshness.UNKNOWN]
+_FRESH = FRESHNESS[Freshness.FRESH]
+_STALE = FRESHNESS[Freshness.STALE]

@@ -61,9 +61,9 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 TICK_S = 0.005
 # One read per ready socket per batch: ~400 frames, so a backlog is read in a few turns.
 RECV_BYTES = 16 * 1024
-# Frames accounted per batch (one event-loop callback) before the rest waits for the next
-# turn, so gRPC and the watch pushes run in between even while a backlog is worked off.
-BATCH_BUDGET = 4000
+# Frames accounted per batch (one event-loop callback, a few ms) before the rest waits for
+# the next turn, so gRPC and the watch pushes run in between while a backlog is worked off.
+BATCH_BUDGET = 1000
 # Reconnect backoff as in sgl-router's subscriber (libzmq's RECONNECT_IVL, _MAX).
 RECONNECT_IVL_S = 0.1
 RECONNECT_IVL_MAX_S = 2.0

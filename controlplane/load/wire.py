@@ -20,9 +20,12 @@ SEQ_BYTES = 8
 MAX_PAYLOAD_BYTES = 1024
 
 
-# Counts are never negative: checked by the decoder itself (in C, no per-field Python
-# check on the ingest's hot path); constructing and encoding are not validated.
-_Count = Annotated[int, msgspec.Meta(ge=0)]
+# Counts are never negative, and below 2**52 so that a worker's sums over up to 1024 ranks
+# fit the int64 fields of WatchLoads (msgpack carries up to 2**64 - 1). Checked by the
+# decoder itself (in C, no per-field check on the ingest's hot path); constructing and
+# encoding are not validated.
+MAX_COUNT = 2**52
+_Count = Annotated[int, msgspec.Meta(ge=0, lt=MAX_COUNT)]
 
 
 class LoadStat(msgspec.Struct, array_like=True, gc=False, tag=True, frozen=True):

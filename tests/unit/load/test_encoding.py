@@ -74,7 +74,7 @@ def test_assembled_response_parses_as_the_runtime_encodes_it(
 
 _rank_states = st.lists(
     st.tuples(
-        st.none() | st.tuples(*[st.integers(min_value=0, max_value=2**62)] * 4),
+        st.none() | st.tuples(*[st.integers(min_value=0, max_value=2**52 - 1)] * 4),  # wire.MAX_COUNT
         st.integers(min_value=0, max_value=2**62),  # seq
         st.none() | st.floats(min_value=0.0, max_value=100.0),  # last frame, seconds ago
         st.integers(min_value=0, max_value=300),  # malformed frames

@@ -57,7 +57,7 @@ def test_decode_tolerates_missing_rank_element() -> None:
 
 @given(
     seq=st.integers(0, 2**63 - 1),
-    counts=st.tuples(*[st.integers(0, 2**40)] * 4),
+    counts=st.tuples(*[st.integers(0, 2**52 - 1)] * 4),
     rank=st.none() | st.integers(0, 1024),
 )
 def test_round_trip(seq: int, counts: tuple[int, int, int, int], rank: int | None) -> None:
@@ -85,6 +85,7 @@ MALFORMED: list[tuple[str, list[bytes]]] = [
     ("float count", [b"load", _SEQ, _raw.encode(["LoadStat", 1.5, 2, 3, 4, 0])]),
     ("string rank", [b"load", _SEQ, _raw.encode(["LoadStat", 1, 2, 3, 4, "0"])]),
     ("negative count", [b"load", _SEQ, _raw.encode(["LoadStat", 1, -2, 3, 4, 0])]),
+    ("count beyond int64 sums", [b"load", _SEQ, _raw.encode(["LoadStat", 1, 2, 2**64 - 1, 4, 0])]),
     ("trailing bytes", [b"load", _SEQ, GOLDEN_WITH_RANK + b"\x00"]),
 ]
 
