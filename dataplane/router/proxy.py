@@ -60,6 +60,9 @@ from dataplane.router.upstream_h1 import H1Pool
 from dataplane.router.workers import Worker
 
 _MAX_MODEL_IN_MESSAGE = 200
+_MAX_ROUTES = 1024
+# canonical path, target to forward a judged request with, /generate, stats if judged
+_Route = tuple[bytes, bytes, bool, "RouteStats | None"]
 _NONE: Headers = []  # no extra headers (never mutated)
 # RFC 9110 §15.5.6: a 405 names the methods the resource supports.
 _ALLOW_POST: Headers = [(b"allow", b"POST")]
@@ -94,6 +97,8 @@ class Proxy:
         self._unknown_stats = metrics.route("other")
         self._judged_stats = {path: metrics.route(path.decode()) for path in JUDGED}
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Request target -> its route (clients repeat a handful of targets; bounded).
+        self._routes: dict[bytes, _Route] = {}
 
     @property
     def metrics(self) -> RouterMetrics:
@@ -110,12 +115,13 @@ class Proxy:
         The HTTP server runs a returned coroutine as the request's task (``dataplane.http``).
         """
         started = perf_counter()
-        path, query = split_target(request.path)
-        path = canonical_path(path)
+        route = self._routes.get(request.path)
+        if route is None:
+            route = self._route(request.path)
+        path, target, generate, judged_stats = route
         method = request.method
-        generate = JUDGED.get(path)
-        if generate is not None:
-            stats = self._judged_stats[path]
+        if judged_stats is not None:
+            stats = judged_stats
             if method != b"POST":
                 status = answer_error(responder, MethodNotAllowed(), _ALLOW_POST)
             else:
@@ -124,9 +130,7 @@ class Proxy:
                     status = judged
                 else:
                     body, group, extra, stream = judged
-                    return self._send(
-                        stats, started, request, responder, path + query, body, group, extra, stream
-                    )
+                    return self._send(stats, started, request, responder, target, body, group, extra, stream)
         elif (endpoint := self._endpoints.get(path)) is not None and (
             method == b"GET" or method == b"HEAD"  # HEAD: the server sends the head only
         ):
@@ -150,6 +154,24 @@ class Proxy:
             status = answer_error(responder, RouteNotFound(), _NONE)
         stats.observe(status, perf_counter() - started)
         return None
+
+    def _route(self, target: bytes) -> _Route:
+        """Classify a request target (``routes``): canonical path, the target to forward a
+        judged request with, whether fields live under ``sampling_params``, judged stats."""
+        path, query = split_target(target)
+        path = canonical_path(path)
+        generate = JUDGED.get(path)
+        route = (
+            path,
+            path + query,
+            generate is True,
+            self._judged_stats[path] if generate is not None else None,
+        )
+        routes = self._routes
+        if len(routes) >= _MAX_ROUTES:
+            routes.clear()  # a client cycling targets only makes it start over
+        routes[target] = route
+        return route
 
     def _judge(
         self, request: Request, responder: Responder, generate: bool
@@ -195,10 +217,15 @@ class Proxy:
         slot = self._admission.try_acquire()
         if slot is None:
             return self._run(stats, started, request, responder, target, body, group, extra, stream)
-        candidates = [w for w in group if w.healthy]
-        if not candidates:
-            return self._run(stats, started, request, responder, target, body, group, extra, stream, slot)
-        worker = self._balancer.pick(candidates) if len(candidates) > 1 else candidates[0]
+        if len(group) == 1:
+            worker = group[0]
+            if not worker.healthy:
+                return self._run(stats, started, request, responder, target, body, group, extra, stream, slot)
+        else:
+            candidates = [w for w in group if w.healthy]
+            if not candidates:
+                return self._run(stats, started, request, responder, target, body, group, extra, stream, slot)
+            worker = self._balancer.pick(candidates) if len(candidates) > 1 else candidates[0]
         pool = worker.pool
         if not isinstance(pool, H1Pool):
             return self._run(

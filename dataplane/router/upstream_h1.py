@@ -67,7 +67,8 @@ class H1Response:
         if self._size > HIGH_WATER and not self._paused:
             self._paused = True
             self._conn.pause_reading()
-        self._wake()
+        if self._waiter is not None:  # a relay is waiting (never on the small-answer path)
+            self._wake()
 
     def _finish(self, error: RouterError | None = None) -> None:
         if not self._done:
@@ -213,10 +214,17 @@ class _Connection(asyncio.Protocol):
             return
         self._response = None
         self._delimited = False
-        self._cancel_timer()
-        response._finish()
-        if self._keep_alive and not self.lost:
-            self._pool._release(self)
+        if self._timed:
+            self._timed = False
+            self._pool._deadlines.unwatch(self)
+        if not response._done:  # response._finish(), inlined: the per-request path
+            response._done = True
+            if response._waiter is not None:
+                response._wake()
+        pool = self._pool
+        if self._keep_alive and not self.lost and not pool._closed and len(pool._idle) < pool._max_idle:
+            self.idle_since = self._loop.time()
+            pool._idle.append(self)
         else:
             self.close()
 
@@ -439,13 +447,6 @@ class H1Pool:
         except (OSError, TimeoutError) as exc:
             raise UpstreamUnreachable() from exc
         return conn
-
-    def _release(self, conn: _Connection) -> None:
-        if self._closed or len(self._idle) >= self._max_idle:
-            conn.close()
-            return
-        conn.idle_since = conn._loop.time()
-        self._idle.append(conn)
 
     def _forget(self, conn: _Connection) -> None:
         with contextlib.suppress(ValueError):
