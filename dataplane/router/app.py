@@ -59,7 +59,7 @@ class Router:
         )
         self.server: HttpServer | None = None
         # Passive ejection + /health probing back (SPEC §5), re-attached on every worker-set change.
-        self.health = WorkerHealth(lambda: self.state.workers.workers)
+        self.health = WorkerHealth(lambda: self.state.workers.workers, settings.health)
         self.state.on_change(self.health.attach)
         self.late = LateDiscovery([], [], self.state.apply_workers)
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from controlplane.contracts import ContractError, SamplingContract, parse_contract_json
 from controlplane.envflags import EnvArgumentParser
 from dataplane.router.balancer import Policy
+from dataplane.router.health import HealthPolicy
 from dataplane.router.workers import WorkerAddress, WorkerUrlError
 
 MIB = 1024 * 1024
@@ -49,6 +50,7 @@ class RouterSettings:
     control_plane: str | None = None
     token: str | None = None
     tls_ca: Path | None = None
+    health: HealthPolicy = field(default_factory=HealthPolicy)
     # Not flags (yet): house defaults.
     retry_attempts: int = 3
     drain_grace_s: float = 30.0
@@ -130,6 +132,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-body-bytes", default=32 * MIB, type=_whole, metavar="N", help="largest request body"
+    )
+    # SPEC §5: a worker that fails repeatedly is ejected and probed back (``health.py``).
+    defaults = HealthPolicy()
+    parser.add_argument(
+        "--eject-after-failures",
+        default=defaults.eject_after_failures,
+        type=_whole,
+        metavar="N",
+        help="consecutive transport failures (unreachable, dropped, timed out) that eject a worker",
+    )
+    parser.add_argument(
+        "--health-probe-interval-s",
+        default=defaults.probe_interval_s,
+        type=_seconds,
+        metavar="S",
+        help="first GET /health probe of an ejected worker after S; doubling while it fails",
+    )
+    parser.add_argument(
+        "--health-probe-max-interval-s",
+        default=None,
+        type=_seconds,
+        metavar="S",
+        help=f"longest wait between two probes of an ejected worker (default {defaults.probe_interval_max_s:g}, "
+        "or --health-probe-interval-s when that is longer)",
+    )
+    parser.add_argument(
+        "--health-probe-timeout-s",
+        default=defaults.probe_timeout_s,
+        type=_seconds,
+        metavar="S",
+        help="a probe not answered 2xx within S fails",
     )
     parser.add_argument(
         "--processes",
@@ -222,6 +255,7 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         ("--max-concurrency", args.max_concurrency),
         ("--processes", args.processes),
         ("--max-body-bytes", args.max_body_bytes),
+        ("--eject-after-failures", args.eject_after_failures),
     ):
         if value < 1:
             raise SettingsError(f"{flag} {value}: must be at least 1")
@@ -230,6 +264,16 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
     _positive("--queue-size", args.queue_size, allow_zero=True)
     _positive("--queue-timeout-s", args.queue_timeout_s)
     _positive("--request-timeout-s", args.request_timeout_s)
+    _positive("--health-probe-interval-s", args.health_probe_interval_s)
+    _positive("--health-probe-timeout-s", args.health_probe_timeout_s)
+    probe_max_s = args.health_probe_max_interval_s
+    if probe_max_s is None:
+        probe_max_s = max(HealthPolicy().probe_interval_max_s, args.health_probe_interval_s)
+    elif not probe_max_s >= args.health_probe_interval_s:
+        raise SettingsError(
+            f"--health-probe-max-interval-s {probe_max_s!r}: must be at least "
+            f"--health-probe-interval-s ({args.health_probe_interval_s!r})"
+        )
     return RouterSettings(
         listen_host=host,
         listen_port=port,
@@ -246,4 +290,10 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         control_plane=args.control_plane,
         token=args.token,
         tls_ca=Path(args.tls_ca) if args.tls_ca else None,
+        health=HealthPolicy(
+            eject_after_failures=args.eject_after_failures,
+            probe_interval_s=args.health_probe_interval_s,
+            probe_interval_max_s=probe_max_s,
+            probe_timeout_s=args.health_probe_timeout_s,
+        ),
     )

@@ -6,6 +6,7 @@ import pytest
 
 from controlplane.contracts import ConflictPolicy
 from dataplane.router.balancer import Policy
+from dataplane.router.health import HealthPolicy
 from dataplane.router.settings import RouterSettings, SettingsError, build_parser, settings_from_args
 
 
@@ -75,6 +76,13 @@ def test_environment_variables() -> None:
         (["--max-concurrency", "0"], ["--max-concurrency", "0", "at least 1"]),
         (["--queue-timeout-s", "0"], ["--queue-timeout-s", "more than 0"]),
         (["--control-plane", "127.0.0.1:50051", "--worker", "http://a:1"], ["--worker", "--control-plane"]),
+        (["--eject-after-failures", "0"], ["--eject-after-failures", "0", "at least 1"]),
+        (["--health-probe-interval-s", "0"], ["--health-probe-interval-s", "0", "more than 0"]),
+        (["--health-probe-timeout-s", "-1"], ["--health-probe-timeout-s", "-1", "more than 0"]),
+        (
+            ["--health-probe-interval-s", "5", "--health-probe-max-interval-s", "2"],
+            ["--health-probe-max-interval-s", "2", "at least --health-probe-interval-s (5.0)"],
+        ),
         (["--router-id", ""], ["--router-id", "''", "non-empty"]),
         (["--router-id", "edge a"], ["--router-id", "'edge a'", "without spaces"]),
         # The control plane takes ids up to 256 characters; with 3 processes "/2" is appended.
@@ -89,3 +97,27 @@ def test_startup_errors_name_flag_value_and_rule(argv: list[str], names: list[st
     assert "\n" not in message
     for name in names:
         assert name in message, (name, message)
+
+
+def test_health_flags_and_their_environment_forms() -> None:
+    """Ejection threshold and probe timings come from flags or FLEETPLANE_* variables; defaults unchanged."""
+    assert _settings().health == HealthPolicy()
+    s = _settings(
+        "--eject-after-failures",
+        "5",
+        "--health-probe-timeout-s",
+        "0.5",
+        environ={"FLEETPLANE_HEALTH_PROBE_INTERVAL_S": "0.25", "FLEETPLANE_EJECT_AFTER_FAILURES": "9"},
+    )
+    assert (s.health.eject_after_failures, s.health.probe_interval_s, s.health.probe_timeout_s) == (
+        5,
+        0.25,
+        0.5,
+    )
+    assert s.health.probe_interval_max_s == HealthPolicy().probe_interval_max_s
+
+
+def test_a_long_probe_interval_raises_the_default_cap() -> None:
+    """--health-probe-interval-s above the 10 s default cap needs no --health-probe-max-interval-s."""
+    s = _settings("--health-probe-interval-s", "60")
+    assert (s.health.probe_interval_s, s.health.probe_interval_max_s) == (60.0, 60.0)
