@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +60,33 @@ def _port(text: str) -> int:
     return value
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent(parent_pid: int) -> Callable[[], None]:
+    """In the child before exec (Linux): SIGTERM when ``up`` dies, even by SIGKILL.
+
+    Without it a killed ``up`` leaves the fleet running, holding the ports and the store's
+    lock, and the next ``up`` on the same workdir cannot start (SPEC §1: no orphan process).
+    """
+
+    # Resolved here, in the parent: the child between fork and exec should do as little as can be.
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: Ctrl-C/SIGTERM still stop the fleet
+        prctl = None
+    term = int(signal.SIGTERM)
+
+    def arm() -> None:
+        if prctl is None:
+            return
+        prctl(PR_SET_PDEATHSIG, term)
+        if os.getppid() != parent_pid:  # up died before prctl took effect
+            os.kill(os.getpid(), term)
+
+    return arm
+
+
 @dataclass
 class Child:
     name: str
@@ -82,6 +110,7 @@ class Fleet:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                preexec_fn=_die_with_parent(os.getpid()),
             )
         child = Child(name, proc, log)
         self.children.append(child)
