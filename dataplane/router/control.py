@@ -120,6 +120,10 @@ class ControlPlaneClient:
         self._load_views = LoadViews()
         self._refresh_workers = asyncio.Event()
         self._report_now = asyncio.Event()
+        # fleetplane_control_plane_connected needs both: a READY channel alone is not a
+        # subscription (a refused --token leaves the channel up while every stream fails).
+        self._channel_ready = False
+        self._loads_live = False
 
     async def run(self) -> None:
         """Run every loop until cancelled (each one reconnects on its own)."""
@@ -195,6 +199,7 @@ class ControlPlaneClient:
                 # No stream, no view: fall back to own in-flight counts (SPEC §7).
                 self._load_views.clear()
                 self._target.apply_loads({})
+                self._set_connected(loads_live=False)
 
     async def _watch_loads(self, backoff: Backoff) -> None:
         request = load_pb2.WatchLoadsRequest(router_id=self._settings.router_id)
@@ -203,6 +208,8 @@ class ControlPlaneClient:
             backoff.reset()
             self._episodes.recovered("loads")
             self.apply_load_message(message)
+            if not self._loads_live:
+                self._set_connected(loads_live=True)
 
     def apply_registry(self, workers: Sequence[load_pb2.Worker]) -> None:
         """Replace the worker set when the registry changed."""
@@ -297,11 +304,20 @@ class ControlPlaneClient:
             self._episodes.failed(name, exc)
         await asyncio.sleep(backoff.next_delay_s())
 
+    def _set_connected(self, *, channel_ready: bool | None = None, loads_live: bool | None = None) -> None:
+        # SPEC §8 fleetplane_control_plane_connected: the channel is up AND the router is
+        # subscribed: WatchLoads (whose first message is always a full view, so a resumed
+        # stream proves itself at once) delivered on the current call.
+        if channel_ready is not None:
+            self._channel_ready = channel_ready
+        if loads_live is not None:
+            self._loads_live = loads_live
+        self._target.set_control_plane_connected(self._channel_ready and self._loads_live)
+
     async def _connectivity_loop(self) -> None:
-        # SPEC §8 fleetplane_control_plane_connected: the channel to the control plane is up.
         state = self._channel.get_state(try_to_connect=True)
         while True:
-            self._target.set_control_plane_connected(state is grpc.ChannelConnectivity.READY)
+            self._set_connected(channel_ready=state is grpc.ChannelConnectivity.READY)
             await self._channel.wait_for_state_change(state)
             state = self._channel.get_state(try_to_connect=True)
 

@@ -61,3 +61,17 @@ def test_router_follows_the_control_plane_through_its_absence(
             wait_for(lambda: router.metrics()["fleetplane_contract_revision"] == 3, 10)
             served = request(router, "POST", "/v1/completions", BODY)
             assert engine_read(served)["temperature"] == 0.25  # now judged by "*"
+
+
+def test_a_refused_token_is_not_connected(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A router whose --token the control plane refuses shows fleetplane_control_plane_connected 0
+    (the channel is up, but no stream is); with the right token it shows 1."""
+    tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
+    tokens.write_text(json.dumps({"edge": {"token": "t-router", "role": "router"}}))
+    with ControlPlaneProcess("--auth-tokens", str(tokens)) as control:
+        with RouterProcess("--control-plane", control.target, "--token", "t-wrong") as refused:
+            wait_for(lambda: any("control_plane_stream_failed" in line for line in refused.output), 10)
+            assert connected(refused) == 0
+            assert request(refused, "GET", "/readiness").status == 503
+        with RouterProcess("--control-plane", control.target, "--token", "t-router") as accepted:
+            wait_for(lambda: connected(accepted) == 1, 10)
