@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 ENV_PREFIX = "FLEETPLANE_"
+# Flags whose value is a secret: --help says a value is set, never which.
+SECRET_OPTIONS = frozenset({"--token"})
 
 
 def env_name(option: str) -> str:
@@ -39,6 +41,8 @@ class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.default is None or action.default == []:
             return action.help  # "(default: None)" tells the operator nothing
+        if SECRET_OPTIONS.intersection(action.option_strings):
+            return f"{action.help} (set from the environment)"
         return super()._get_help_string(action)
 
 

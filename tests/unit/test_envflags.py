@@ -87,3 +87,13 @@ def test_help_names_each_flags_environment_variable() -> None:
     assert "limit [env FLEETPLANE_MAX_BODY_BYTES] (default: 10)" in text
     assert "--router-id ROUTER_ID [env FLEETPLANE_ROUTER_ID]" in text
     assert "FLEETPLANE_HIDDEN" not in text
+
+
+def test_help_never_prints_a_secret_from_the_environment() -> None:
+    """--help with FLEETPLANE_TOKEN set says a token is set, never the token itself."""
+    p = EnvArgumentParser(prog="t", environ={"FLEETPLANE_TOKEN": "s3cret-value"})
+    p.add_argument("--token", default=None, help="bearer token")
+    text = " ".join(p.format_help().split())
+    assert "s3cret-value" not in text
+    assert "bearer token [env FLEETPLANE_TOKEN] (set from the environment)" in text
+    assert p.parse_args([]).token == "s3cret-value"
