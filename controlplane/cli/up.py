@@ -54,7 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _port(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (a whole number 0-65535)") from None
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port (0-65535)")
     return value

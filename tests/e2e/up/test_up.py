@@ -190,3 +190,17 @@ def test_second_up_keeps_the_contracts_of_the_first(workdir: Path) -> None:
         assert again.interrupt() == 0
     finally:
         again.kill()
+
+
+@pytest.mark.parametrize("value", ["x", "99999", "-1"])
+def test_a_bad_port_is_one_line_naming_flag_and_value(value: str) -> None:
+    """`fleetplane up --router-port VALUE` with no usable port exits 2 with one line naming both."""
+    done = subprocess.run(
+        [sys.executable, "-m", "controlplane.cli.main", "up", "--router-port", value],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1
+    assert "--router-port" in lines[0] and value in lines[0] and "0-65535" in lines[0]
