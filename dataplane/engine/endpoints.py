@@ -140,6 +140,37 @@ def resolve_load_pub_range(
     return LoadPubRange(host=host, base=base, dp_size=dp_size), None
 
 
+@dataclass(frozen=True, slots=True)
+class KvEventSockets:
+    """Where the KV events PUB sockets of ranks 0..dp_size-1 go: bound, or connected (reference C.2)."""
+
+    bind: bool
+    endpoints: tuple[str, ...]
+
+
+def kv_event_sockets(
+    kv_endpoint: str, dp_size: int, listen_host: str
+) -> tuple[KvEventSockets | None, str | None]:
+    """``(sockets, None)``, or ``(None, reason)`` when the endpoint cannot carry ``dp_size`` ranks.
+
+    As SGLang's ``ZmqEventPublisher``: rank ``r`` uses ``port + r``; a wildcard host binds, a
+    concrete one connects (to a proxy that binds). Unlike SGLang, a wildcard binds on the
+    engine's ``--listen`` host: every listener defaults to loopback (SPEC §1), and consumers
+    replace the advertised wildcard with the worker URL's host (SPEC §7), i.e. that same host.
+    A ``--listen`` on a wildcard binds the wildcard. Only ``tcp://`` is advertised (C.3), so a
+    non-tcp endpoint gets no sockets and no reason: ``(None, None)``.
+    """
+    kv = parse_tcp(kv_endpoint)
+    if kv is None or dp_size < 1:
+        return None, None
+    if kv.port + dp_size - 1 > MAX_PORT:
+        return None, f"ports {kv.port}..{kv.port + dp_size - 1} would run past port {MAX_PORT}"
+    bind = kv.host in BIND_WILDCARD_HOSTS
+    host = listen_host if bind else kv.host
+    endpoints = tuple(TcpEndpoint(host, kv.port + rank).url for rank in range(dp_size))
+    return KvEventSockets(bind=bind, endpoints=endpoints), None
+
+
 def is_load_publisher_rank(*, pp_rank: int, attn_tp_rank: int, attn_cp_rank: int) -> bool:
     """Only the first pipeline stage's attention-TP/CP rank 0 scheduler publishes (SPEC §7)."""
     return pp_rank == 0 and attn_tp_rank == 0 and attn_cp_rank == 0

@@ -90,14 +90,9 @@ def _is_free(port: int) -> bool:
 
 
 def kv_endpoint_with_free_load_ports(dp_size: int) -> str:
-    """A ``--kv-events-endpoint`` whose ``auto`` load range (KV port + dp_size, SPEC §7) is free.
-
-    engine-sim advertises but does not bind the KV port itself, so only the load range matters.
-    """
-    base = free_port_range(dp_size)
-    while base - dp_size < 1:
-        base = free_port_range(dp_size)
-    return f"tcp://*:{base - dp_size}"
+    """A ``--kv-events-endpoint`` whose KV ports and ``auto`` load range (KV port + dp_size, SPEC §7)
+    are all free: engine-sim binds both (one port per dp rank each)."""
+    return f"tcp://*:{free_port_range(2 * dp_size)}"
 
 
 def wait_until(predicate: Any, timeout_s: float = 5.0, interval_s: float = 0.01) -> bool:

@@ -22,6 +22,7 @@ from typing import Any
 import structlog
 
 from dataplane.engine.endpoints import describe_kv_events
+from dataplane.engine.kv_events import KvEventsPublisher
 from dataplane.engine.publisher import PublisherBindError
 from dataplane.engine.sim.app import SimApp
 from dataplane.engine.sim.ranks import SimRank, build_ranks
@@ -105,11 +106,22 @@ def prepare_model_dir(settings: SimSettings) -> tuple[str, str | None]:
 async def serve(settings: SimSettings, model_path: str) -> int:
     """Run until SIGTERM/SIGINT; returns the exit code."""
     ranks: list[SimRank] = []
+    kv_events: KvEventsPublisher | None = None
+    kv_unbound = ""
     try:
         try:
             ranks = build_ranks(settings)
         except PublisherBindError as exc:
             return _fail(f"--load-publish-endpoint {settings.load_publish_endpoint!r}: {exc}")
+        if settings.kv_events is not None:
+            try:
+                kv_events = KvEventsPublisher.open(settings.kv_events)
+            except PublisherBindError as exc:
+                if settings.kv_events_explicit:
+                    return _fail(f"--kv-events-endpoint {settings.kv_events_endpoint!r}: {exc}")
+                # The default port is shared by every engine-sim on the host that was not given
+                # one: the first takes it, the others still serve (advertised but silent, C.3).
+                kv_unbound = str(exc)
         app = SimApp(
             ranks,
             model=settings.model,
@@ -124,10 +136,14 @@ async def serve(settings: SimSettings, model_path: str) -> int:
                 "use a free port on a local address"
             )
         app.set_server_info(server_info(settings, model_path, server.port))
+        if kv_unbound:  # logged once serving: a startup error stays the only stderr line
+            structlog.get_logger(__name__).warning("KV events publisher not bound", error=kv_unbound)
         return await _run(settings, server, ranks)
     finally:
         for rank in ranks:
             rank.close()
+        if kv_events is not None:
+            kv_events.close()
 
 
 async def _run(settings: SimSettings, server: Any, ranks: list[SimRank]) -> int:

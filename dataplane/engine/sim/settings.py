@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from controlplane.envflags import EnvArgumentParser
-from dataplane.engine.endpoints import LoadPubRange, resolve_load_pub_range
+from dataplane.engine.endpoints import KvEventSockets, LoadPubRange, kv_event_sockets, resolve_load_pub_range
 
 PROG = "engine-sim"
 DEFAULT_MODEL = "sim-model"
@@ -37,6 +37,8 @@ class SimSettings:
     model_path: str | None
     dp_size: int
     kv_events_endpoint: str
+    kv_events: KvEventSockets | None  # the KV events PUB sockets (none for a non-tcp endpoint)
+    kv_events_explicit: bool  # given by flag or environment: a bind failure is a startup error
     load_publish_endpoint: str
     load_range: LoadPubRange | None
     max_running_requests: int
@@ -99,7 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=DEFAULT_MODEL, help="served model name")
     p.add_argument("--model-path", default=None, help="local model directory (default: a temp dir)")
     p.add_argument("--dp-size", type=_int_at_least(1, 256), default=1, help="data-parallel ranks")
-    p.add_argument("--kv-events-endpoint", default=DEFAULT_KV_EVENTS_ENDPOINT, help="KV events base")
+    p.add_argument(
+        "--kv-events-endpoint",
+        default=None,
+        help=f"KV events PUB base, one port per dp rank (default {DEFAULT_KV_EVENTS_ENDPOINT}; a wildcard "
+        "host binds on --listen's host)",
+    )
     p.add_argument(
         "--load-publish-endpoint", default="off", help="off | auto | tcp://*:PORT (one port per dp rank)"
     )
@@ -119,14 +126,18 @@ def parse_settings(argv: Sequence[str] | None = None) -> SimSettings:
     """Parse flags; raises :class:`StartupError` for values the flags' types cannot judge alone."""
     args = build_parser().parse_args(argv)
     host, port = args.listen if isinstance(args.listen, tuple) else _listen(args.listen)
+    kv_endpoint = args.kv_events_endpoint or DEFAULT_KV_EVENTS_ENDPOINT
     load_range, reason = resolve_load_pub_range(
-        kv_endpoint=args.kv_events_endpoint,
+        kv_endpoint=kv_endpoint,
         replay_endpoint=None,
         dp_size=args.dp_size,
         load_publish_endpoint=args.load_publish_endpoint,
     )
     if reason is not None:
         raise StartupError(f"--load-publish-endpoint {args.load_publish_endpoint!r}: {reason}")
+    kv_events, reason = kv_event_sockets(kv_endpoint, args.dp_size, host)
+    if reason is not None:
+        raise StartupError(f"--kv-events-endpoint {kv_endpoint!r}: {reason}")
     return SimSettings(
         host=host,
         port=port,
@@ -134,7 +145,9 @@ def parse_settings(argv: Sequence[str] | None = None) -> SimSettings:
         model=args.model,
         model_path=args.model_path,
         dp_size=args.dp_size,
-        kv_events_endpoint=args.kv_events_endpoint,
+        kv_events_endpoint=kv_endpoint,
+        kv_events=kv_events,
+        kv_events_explicit=args.kv_events_endpoint is not None,
         load_publish_endpoint=args.load_publish_endpoint,
         load_range=load_range,
         max_running_requests=args.max_running_requests,

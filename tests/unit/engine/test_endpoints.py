@@ -7,10 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataplane.engine.endpoints import (
+    KvEventSockets,
     LoadPubRange,
     TcpEndpoint,
     describe_kv_events,
     is_load_publisher_rank,
+    kv_event_sockets,
     parse_bindable_tcp,
     parse_tcp,
     resolve_load_pub_range,
@@ -213,3 +215,45 @@ def test_any_resolved_range_is_disjoint_and_in_bounds(
     assert not ports & set(range(kv, kv + dp))
     if replay is not None:
         assert not ports & set(range(replay, replay + dp))
+
+
+@pytest.mark.parametrize(
+    ("kv", "dp", "listen", "expected"),
+    [
+        # A wildcard binds one port per rank on --listen's host (loopback by default, SPEC §1).
+        (KV, 2, "127.0.0.1", KvEventSockets(True, ("tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558"))),
+        ("tcp://[::]:6000", 1, "::1", KvEventSockets(True, ("tcp://[::1]:6000",))),
+        ("tcp://0.0.0.0:6000", 1, "0.0.0.0", KvEventSockets(True, ("tcp://0.0.0.0:6000",))),
+        # A concrete host connects there, as SGLang's ZmqEventPublisher does (reference C.2).
+        (
+            "tcp://10.0.0.5:7000",
+            2,
+            "127.0.0.1",
+            KvEventSockets(False, ("tcp://10.0.0.5:7000", "tcp://10.0.0.5:7001")),
+        ),
+    ],
+)
+def test_kv_event_sockets_one_per_rank(kv: str, dp: int, listen: str, expected: KvEventSockets) -> None:
+    """Rank r's KV events socket is at port + r; wildcards bind on the listen host, others connect."""
+    assert kv_event_sockets(kv, dp, listen) == (expected, None)
+
+
+def test_kv_event_sockets_refusals_and_non_tcp() -> None:
+    """A range past 65535 has a reason; a non-tcp endpoint (never advertised) gets no socket and no reason."""
+    sockets, reason = kv_event_sockets("tcp://*:65535", 2, "127.0.0.1")
+    assert sockets is None and reason is not None and "65535..65536" in reason
+    assert kv_event_sockets("ipc:///tmp/kv", 1, "127.0.0.1") == (None, None)
+
+
+@given(kv=st.integers(1, 65535), dp=st.integers(1, 64))
+def test_kv_sockets_and_the_auto_load_range_never_share_a_port(kv: int, dp: int) -> None:
+    """Whenever both resolve, the KV events ports and the auto load ports are disjoint and in bounds."""
+    sockets, _ = kv_event_sockets(f"tcp://*:{kv}", dp, "127.0.0.1")
+    load_range, _ = resolve_load_pub_range(
+        kv_endpoint=f"tcp://*:{kv}", replay_endpoint=None, dp_size=dp, load_publish_endpoint="auto"
+    )
+    if sockets is None or load_range is None:
+        return
+    kv_ports = {int(e.rsplit(":", 1)[1]) for e in sockets.endpoints}
+    assert kv_ports == set(range(kv, kv + dp)) and max(kv_ports) <= 65535
+    assert not kv_ports & set(range(load_range.base, load_range.base + dp))

@@ -67,3 +67,24 @@ def test_environment_fills_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert build_parser().parse_args([]).decode_tokens_per_s == 25.0
     s = parse_settings(["--decode-tokens-per-s", "5"])
     assert s.decode_tokens_per_s == 5.0 and s.http2
+
+
+def test_kv_events_sockets_follow_the_endpoint_and_the_listen_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The KV events PUBs bind port + rank on --listen's host; only a flag or variable makes them required."""
+    s = parse_settings(["--dp-size", "2", "--listen", "127.0.0.1:0"])
+    assert s.kv_events is not None and s.kv_events.bind and not s.kv_events_explicit
+    assert s.kv_events.endpoints == ("tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558")
+    assert parse_settings(["--kv-events-endpoint", "tcp://*:6000"]).kv_events_explicit
+    monkeypatch.setenv("FLEETPLANE_KV_EVENTS_ENDPOINT", "tcp://*:6100")
+    s = parse_settings([])
+    assert (
+        s.kv_events_explicit
+        and s.kv_events is not None
+        and s.kv_events.endpoints == ("tcp://127.0.0.1:6100",)
+    )
+
+
+def test_kv_events_range_past_the_last_port_is_refused() -> None:
+    """dp-size 2 on KV port 65535 is a StartupError naming --kv-events-endpoint."""
+    with pytest.raises(StartupError, match=r"--kv-events-endpoint 'tcp://\*:65535': ports 65535..65536"):
+        parse_settings(["--dp-size", "2", "--kv-events-endpoint", "tcp://*:65535"])
