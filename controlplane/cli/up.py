@@ -33,6 +33,7 @@ from pathlib import Path
 
 import grpc
 
+from controlplane.envflags import ENV_PREFIX
 from controlplane.v1 import contract_pb2, contract_pb2_grpc, load_pb2, load_pb2_grpc
 
 MODEL = "fleetplane-sim"
@@ -90,6 +91,15 @@ def _die_with_parent(parent_pid: int) -> Callable[[], None]:
     return arm
 
 
+def _child_environment() -> dict[str, str]:
+    """The children's environment: ours without FLEETPLANE_* variables. ``up`` passes every
+    flag a child needs explicitly; a FLEETPLANE_WORKER or FLEETPLANE_AUTH_TOKENS left in the
+    operator's shell must not reconfigure (or break) the fleet it starts (SPEC §1)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
 @dataclass
 class Child:
     name: str
@@ -112,7 +122,7 @@ class Fleet:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env=_child_environment(),
                 preexec_fn=_die_with_parent(os.getpid()),
             )
         child = Child(name, proc, log)

@@ -50,7 +50,7 @@ def _alive(pid: int) -> bool:
 
 
 class Up:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, env: dict[str, str] | None = None) -> None:
         self.router_port, self.control_port, self.http_port = _free_port(), _free_port(), _free_port()
         self.out = workdir.parent / f"up-{self.router_port}.out"
         self._out = self.out.open("wb")
@@ -72,6 +72,7 @@ class Up:
             stdout=self._out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env=env,
         )
 
     def wait_up(self) -> str:
@@ -128,8 +129,13 @@ def _chat_until_ok(port: int, body: dict[str, object]) -> tuple[int, dict[str, s
 
 
 def test_up_serves_enforces_and_stops_cleanly(workdir: Path) -> None:
-    """up serves chat through the router with the seeded contract injected, and Ctrl-C stops every child."""
-    up = Up(workdir)
+    """up serves chat through the router with the seeded contract injected, and Ctrl-C stops every
+    child; FLEETPLANE_* variables left in the operator's shell do not reach the fleet it starts."""
+    stray = {
+        "FLEETPLANE_WORKER": "http://127.0.0.1:1",
+        "FLEETPLANE_AUTH_TOKENS": str(workdir / "missing.json"),
+    }
+    up = Up(workdir, env={**os.environ, **stray})
     try:
         banner = up.wait_up()
         assert f"http://127.0.0.1:{up.router_port}" in banner
