@@ -94,6 +94,8 @@ class RouterState:
         # Cumulative contract rejections by (scope, param) since start (SPEC §6 ReportRouterStatus,
         # §8 fleetplane_sampling_contract_rejections_total): one dict update per violated field.
         self.rejections: dict[tuple[str, str], int] = {}
+        # Called with the counts after each rejection, before its 400 goes out (counts_journal.py).
+        self.rejection_listener: Callable[[Mapping[tuple[str, str], int]], None] | None = None
         self._listeners: list[Callable[[], None]] = []
         self._closers: set[asyncio.Task[None]] = set()
 
@@ -146,6 +148,8 @@ class RouterState:
         for param in params:
             key = (scope, param)
             counts[key] = counts.get(key, 0) + 1
+        if self.rejection_listener is not None:
+            self.rejection_listener(counts)
 
     def set_control_plane_connected(self, connected: bool) -> None:
         self.control_plane_connected = connected
