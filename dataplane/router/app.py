@@ -20,6 +20,7 @@ from dataplane.http import HttpServer, ServerLimits, start_server
 from dataplane.router.admission import Admission
 from dataplane.router.balancer import Balancer
 from dataplane.router.control import control_settings, subscription
+from dataplane.router.counts_journal import journal_from_env
 from dataplane.router.discovery import DiscoveryError
 from dataplane.router.endpoints import route_name
 from dataplane.router.health import WorkerHealth
@@ -124,7 +125,12 @@ async def serve(settings: RouterSettings) -> int:
         # contract snapshot (judged requests get contract_unavailable until the first arrives).
         try:
             control = control_settings(
-                settings.control_plane, settings.router_id, settings.token, settings.tls_ca
+                settings.control_plane,
+                settings.router_id,
+                settings.token,
+                settings.tls_ca,
+                tls_cert=settings.tls_cert,
+                tls_key=settings.tls_key,
             )
         except ControlConfigError as exc:
             print(f"fleetplane router: {exc}", file=sys.stderr, flush=True)
@@ -136,7 +142,13 @@ async def serve(settings: RouterSettings) -> int:
             print(f"fleetplane router: {exc}", file=sys.stderr, flush=True)
             await router.stop(0)
             return 2
-        async with subscription(control, router.state):
+        # Under the --processes supervisor: counts outlive a SIGKILL (counts_journal.py).
+        journal = journal_from_env(control.router_id)
+        predecessors = journal.predecessors if journal is not None else []
+        async with subscription(control, router.state, predecessors=predecessors) as client:
+            if journal is not None:
+                journal.start(client.boot_id)
+                router.state.rejection_listener = journal.record
             return await _serve_until_signal(router, settings, port)
     router = Router(settings)
     try:

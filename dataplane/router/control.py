@@ -40,6 +40,7 @@ from controlplane.v1 import (
     router_pb2,
     router_pb2_grpc,
 )
+from dataplane.router.counts_journal import BootCounts
 from dataplane.router.subscription import (
     Backoff,
     ControlConfigError,
@@ -81,27 +82,48 @@ class _Episodes:
             log.info("control_plane_stream_recovered", stream=stream)
 
 
-def _credentials(tls_ca: Path) -> grpc.ChannelCredentials:
+def _read_pem(flag: str, path: Path | None) -> bytes | None:
+    if path is None:
+        return None
     try:
-        return grpc.ssl_channel_credentials(root_certificates=tls_ca.read_bytes())
+        return path.read_bytes()
     except OSError as exc:
-        raise ControlConfigError(f"--tls-ca {str(tls_ca)!r}: cannot read: {exc.strerror}") from None
+        raise ControlConfigError(f"{flag} {str(path)!r}: cannot read: {exc.strerror}") from None
+
+
+def _credentials(settings: ControlSettings) -> grpc.ChannelCredentials | None:
+    """TLS with --tls-ca (None: the system's roots) and, for mTLS, a client certificate."""
+    if settings.tls_ca is None and settings.tls_cert is None:
+        return None
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read_pem("--tls-ca", settings.tls_ca),
+        private_key=_read_pem("--tls-key", settings.tls_key),
+        certificate_chain=_read_pem("--tls-cert", settings.tls_cert),
+    )
 
 
 class ControlPlaneClient:
     """Subscribes the router to the control plane; ``run()`` until cancelled, then ``close()``."""
 
     def __init__(
-        self, settings: ControlSettings, target: ControlTarget, *, clock: Callable[[], float] = time.monotonic
+        self,
+        settings: ControlSettings,
+        target: ControlTarget,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        predecessors: Sequence[BootCounts] = (),
     ) -> None:
         self._settings = settings
+        # Final counts of earlier boots of this router id that could not send them (SIGKILL):
+        # re-sent at the start of every report stream (counts_journal.py; idempotent upstream).
+        self._predecessors = tuple(predecessors)
         self._target = target
         self._clock = clock
         self.boot_id = secrets.token_hex(8)  # a new one per process start: counters restart with it
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {settings.token}"),) if settings.token else ()
         )
-        credentials = _credentials(settings.tls_ca) if settings.tls_ca is not None else None
+        credentials = _credentials(settings)
         check_target(settings.target)
         self._channel = (
             grpc.aio.secure_channel(settings.target, credentials, options=_CHANNEL_OPTIONS)
@@ -256,6 +278,20 @@ class ControlPlaneClient:
             rejections=[router_pb2.RejectionCount(scope=s, param=p, count=c) for (s, p), c in counts],
         )
 
+    def predecessor_reports(self) -> list[router_pb2.ReportRouterStatusRequest]:
+        """One report per predecessor boot: its final counts, under its own boot id."""
+        reports = []
+        for boot in self._predecessors:
+            report = self.build_report()
+            report.boot_id = boot.boot_id
+            del report.rejections[:]
+            report.rejections.extend(
+                router_pb2.RejectionCount(scope=s, param=p, count=c)
+                for (s, p), c in sorted(boot.counts.items())
+            )
+            reports.append(report)
+        return reports
+
     async def _report_loop(self) -> None:
         backoff = Backoff(self._settings.backoff_initial_s, self._settings.backoff_max_s)
         while True:
@@ -266,6 +302,9 @@ class ControlPlaneClient:
         last: router_pb2.ReportRouterStatusRequest | None = None
         last_sent = 0.0
         try:
+            # Sent before this boot's own first report, so the rollout view ends on this boot.
+            for report in self.predecessor_reports():
+                await call.write(report)
             while not call.done():
                 report = self.build_report()
                 now = self._clock()
@@ -323,22 +362,40 @@ class ControlPlaneClient:
 
 
 def control_settings(
-    target: str, router_id: str, token: str | None, tls_ca: str | Path | None
+    target: str,
+    router_id: str,
+    token: str | None,
+    tls_ca: str | Path | None,
+    *,
+    tls_cert: str | Path | None = None,
+    tls_key: str | Path | None = None,
 ) -> ControlSettings:
     """Checked settings from the router's flags; ControlConfigError names the flag."""
     check_target(target)
     if token is not None and (not token or not token.isprintable() or " " in token):
         raise ControlConfigError("--token: must be a non-empty printable string without spaces")
-    ca = Path(tls_ca) if tls_ca else None
-    if ca is not None:
-        _credentials(ca)  # an unreadable CA file is a startup error, not a reconnect loop
-    return ControlSettings(target=target, router_id=router_id, token=token or None, tls_ca=ca)
+    if bool(tls_cert) != bool(tls_key):
+        given = f"--tls-cert {str(tls_cert)!r}" if tls_cert else f"--tls-key {str(tls_key)!r}"
+        missing = "--tls-key" if tls_cert else "--tls-cert"
+        raise ControlConfigError(f"{given}: needs {missing} too (a client certificate and its key)")
+    settings = ControlSettings(
+        target=target,
+        router_id=router_id,
+        token=token or None,
+        tls_ca=Path(tls_ca) if tls_ca else None,
+        tls_cert=Path(tls_cert) if tls_cert else None,
+        tls_key=Path(tls_key) if tls_key else None,
+    )
+    _credentials(settings)  # an unreadable file is a startup error, not a reconnect loop
+    return settings
 
 
 @contextlib.asynccontextmanager
-async def subscription(settings: ControlSettings, target: ControlTarget) -> AsyncIterator[ControlPlaneClient]:
+async def subscription(
+    settings: ControlSettings, target: ControlTarget, *, predecessors: Sequence[BootCounts] = ()
+) -> AsyncIterator[ControlPlaneClient]:
     """Run the client in a task for the duration of the block; on exit it sends a last report."""
-    client = ControlPlaneClient(settings, target)
+    client = ControlPlaneClient(settings, target, predecessors=predecessors)
     task = asyncio.create_task(client.run(), name="control-plane-client")
     try:
         yield client

@@ -50,6 +50,8 @@ class RouterSettings:
     control_plane: str | None = None
     token: str | None = None
     tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
     health: HealthPolicy = field(default_factory=HealthPolicy)
     # Not flags (yet): house defaults.
     retry_attempts: int = 3
@@ -92,6 +94,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tls-ca", default=None, metavar="FILE", help="CA bundle to verify the control plane"
     )
+    parser.add_argument(
+        "--tls-cert",
+        default=None,
+        metavar="FILE",
+        help="client certificate for mTLS to the control plane (PEM; with --tls-key)",
+    )
+    parser.add_argument("--tls-key", default=None, metavar="FILE", help="client private key for mTLS (PEM)")
     parser.add_argument(
         "--worker",
         action="append",
@@ -235,8 +244,8 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
                 "--override-sampling-params/--sampling-param-conflict: not allowed with --control-plane "
                 "(contracts come from the control plane)"
             )
-    elif args.token is not None or args.tls_ca is not None:
-        raise SettingsError("--token/--tls-ca: only meaningful with --control-plane")
+    elif any(v is not None for v in (args.token, args.tls_ca, args.tls_cert, args.tls_key)):
+        raise SettingsError("--token/--tls-ca/--tls-cert/--tls-key: only meaningful with --control-plane")
     contract = None
     if args.override_sampling_params is not None:
         try:
@@ -290,6 +299,8 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         control_plane=args.control_plane,
         token=args.token,
         tls_ca=Path(args.tls_ca) if args.tls_ca else None,
+        tls_cert=Path(args.tls_cert) if args.tls_cert else None,
+        tls_key=Path(args.tls_key) if args.tls_key else None,
         health=HealthPolicy(
             eject_after_failures=args.eject_after_failures,
             probe_interval_s=args.health_probe_interval_s,

@@ -20,7 +20,7 @@ from dataplane.router.workers import H2C, HTTP1, WorkerAddress, WorkerSpec, Work
 
 
 class ControlConfigError(ValueError):
-    """A ``--control-plane``/``--token``/``--tls-ca`` value that cannot be used (startup error)."""
+    """A ``--control-plane``/``--token``/``--tls-*`` value that cannot be used (startup error)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,8 @@ class ControlSettings:
     router_id: str
     token: str | None = None
     tls_ca: Path | None = None
+    tls_cert: Path | None = None  # with tls_key: a client certificate (mTLS)
+    tls_key: Path | None = None
     workers_poll_s: float = 2.0
     report_check_s: float = 0.25
     report_heartbeat_s: float = 2.0
