@@ -68,7 +68,7 @@ class H1Responder(Responder):
         if conn._lost or self._disc:
             self._state = DONE
             return
-        allowed = body_allowed(status)
+        allowed = status >= 200 and status != 204 and status != 304  # body_allowed(status), inlined
         # Encode before committing: a bad status or header raises with the answer still unsent,
         # so the handler's error path can still answer 500.
         close = not self._keep_alive or ((conn._closing or conn._ctx.draining) and self._closes())

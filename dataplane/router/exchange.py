@@ -115,7 +115,8 @@ class Exchange:
             status = response.status
             extra = self._extra
             responder.respond(status, response.headers + extra if extra else response.headers, complete)
-            worker.record_success()
+            if worker.consecutive_failures:  # record_success() only matters after failures
+                worker.record_success()
             self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, OK)
         except Exception:
             self._bug()
