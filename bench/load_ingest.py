@@ -15,6 +15,11 @@ counter (or a newer one of that worker) first appears in the stream; latency = s
 
     .venv/bin/python bench/load_ingest.py                  # N = 100 and 1000, 8 s windows
     .venv/bin/python bench/load_ingest.py --workers 1000 --seconds 5
+
+After the window, the control plane's idle CPU: with every publisher connected but silent
+("idle cores", after every rank went STALE) and with every publisher gone, each rank
+reconnecting at the 2 s backoff cap ("no-pub cores"). Every child runs in a session of its
+own (see ``spawn``).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from controlplane.store.workers import SqliteWorkerRegistry  # noqa: E402
 from controlplane.v1 import load_pb2, load_pb2_grpc  # noqa: E402
 
 SLOTS = 10  # each process spreads its sockets over 10 sub-slots of the period
+IDLE_S = 3.0  # idle CPU windows
 CAPACITY = 1_000_000
 
 
@@ -68,13 +74,26 @@ def publisher(count: int, rate: float, log_path: str) -> None:
     endpoints = [s.getsockopt_string(zmq.LAST_ENDPOINT) for s in socks]
     print(json.dumps(endpoints), flush=True)
     stop = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+    paused = threading.Event()
+
+    def commands() -> None:
+        for line in sys.stdin:
+            if line.strip() == "pause":  # stay bound and connected, send nothing (idle CPU)
+                paused.set()
+            else:
+                break
+        stop.set()
+
+    threading.Thread(target=commands, daemon=True).start()
     sent: list[list[float]] = [[] for _ in socks]
     groups = [list(range(i, count, SLOTS)) for i in range(SLOTS)]
     step = 1.0 / rate / SLOTS
     next_t = time.monotonic()
     k = 0
     while not stop.is_set():
+        if paused.is_set():
+            time.sleep(0.05)
+            continue
         for i in groups[k % SLOTS]:
             n = len(sent[i])
             sent[i].append(time.monotonic())
@@ -137,6 +156,8 @@ class Row:
     p50_ms: float | None = None
     p99_ms: float | None = None
     dropped: int = 0
+    idle_cores: float | None = None  # publishers connected but silent
+    gone_cores: float | None = None  # publishers gone: every rank reconnecting
 
 
 def spawn(*args: str) -> subprocess.Popen[str]:
@@ -227,8 +248,21 @@ async def preregister(db: Path, urls: list[str], endpoints: list[str]) -> None:
         await database.close()
 
 
+async def idle_cpu(pid: int, seconds: float) -> float:
+    c0, t0 = cpu_seconds(pid), time.monotonic()
+    await asyncio.sleep(seconds)
+    return (cpu_seconds(pid) - c0) / (time.monotonic() - t0)
+
+
+def tell(pubs: list[subprocess.Popen[str]], command: str) -> None:
+    for p in pubs:
+        assert p.stdin is not None
+        p.stdin.write(command + "\n")
+        p.stdin.flush()
+
+
 async def measure_control_plane(
-    endpoints: list[str], seconds: float, tmp: Path
+    endpoints: list[str], seconds: float, tmp: Path, pubs: list[subprocess.Popen[str]]
 ) -> tuple[Row, list[tuple[str, int, float]]]:
     urls = [f"http://127.0.0.1:{20000 + i}" for i in range(len(endpoints))]
     # A few through the API (the path an operator takes), the rest written beforehand.
@@ -303,6 +337,16 @@ async def measure_control_plane(
             (_, f1), c1, t1 = await fresh(), cpu_seconds(proc.pid), time.monotonic()
             loads = await stub.GetLoads(load_pb2.GetLoadsRequest())
             dropped = sum(r.dropped_frames for w in loads.workers for r in w.ranks)
+            # Idle: every publisher silent (after every rank went STALE, 3 s), then gone.
+            tell(pubs, "pause")
+            await asyncio.sleep(4.5)
+            idle = await idle_cpu(proc.pid, IDLE_S)
+            tell(pubs, "stop")
+            for p in pubs:
+                assert p.stdout is not None
+                await asyncio.to_thread(p.stdout.readline)  # "done": its send log is written
+            await asyncio.sleep(3.0)  # reconnect backoff at its 2 s cap
+            gone = await idle_cpu(proc.pid, IDLE_S)
             call.cancel()
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
@@ -317,6 +361,7 @@ async def measure_control_plane(
         1000 * cpu / frames * 1000,
     )
     row.dropped = dropped
+    row.idle_cores, row.gone_cores = idle, gone
     transit.sort()
     if transit and os.environ.get("BENCH_DEBUG"):
         print(
@@ -384,7 +429,7 @@ def run_size(n: int, procs: int, rate: float, seconds: float, baseline: bool) ->
                 assert p.stdout is not None
                 endpoints += json.loads(p.stdout.readline())
             base = measure_baseline(endpoints, seconds, tmp) if baseline else None
-            fp, seen = asyncio.run(measure_control_plane(endpoints, seconds, tmp))
+            fp, seen = asyncio.run(measure_control_plane(endpoints, seconds, tmp, pubs))
             t0 = min((t for _, _, t in seen), default=0.0)
             t1 = max((t for _, _, t in seen), default=0.0)
         finally:
@@ -437,6 +482,7 @@ def main() -> None:
         rows += run_size(n, args.procs, args.rate, args.seconds, not args.no_baseline)
     print(
         f"{'consumer':<28} {'N':>5} {'frames/s':>9} {'cores':>6} {'CPU ms/1000 fr':>15} {'vs base':>8} {'p50 ms':>7} {'p99 ms':>7} {'dropped':>8}"
+        f" {'idle cores':>10} {'no-pub cores':>12}"
     )
     base = rows[0]
     for r in rows:
@@ -448,6 +494,8 @@ def main() -> None:
         print(
             f"{r.consumer:<28} {r.workers:>5} {r.frames_per_s:>9.0f} {r.cpu_cores:>6.3f} {r.cpu_ms_per_1000:>15.1f} "
             f"{ratio:>7.2f}x {p50:>7} {p99:>7} {r.dropped:>8}"
+            f" {'-' if r.idle_cores is None else f'{r.idle_cores:.4f}':>10}"
+            f" {'-' if r.gone_cores is None else f'{r.gone_cores:.4f}':>12}"
         )
 
 

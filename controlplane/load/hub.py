@@ -48,9 +48,15 @@ class LoadHub:
     """Versioned latest ``WorkerLoad`` per worker, and the watchers waiting for them."""
 
     def __init__(
-        self, table: LoadTable, *, push_interval_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        table: LoadTable,
+        *,
+        push_interval_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        drain: Callable[[], None] = lambda: None,
     ) -> None:
         self._table = table
+        self._drain = drain
         self.push_interval_s = push_interval_s
         self._clock = clock
         self._freshness_tick_s = min(MAX_FRESHNESS_TICK_S, table.stale_after_s / 4)
@@ -101,6 +107,9 @@ class LoadHub:
             wait_s = last_push + self.push_interval_s - self._clock()
             if wait_s > 0:
                 await asyncio.sleep(wait_s)
+            # What the ingest has not read yet goes into this push (it marks us dirty as
+            # it reads: drain first, then clear).
+            self._drain()
             self._dirty.clear()
             if self.publish():
                 last_push = self._clock()

@@ -60,7 +60,7 @@ class LoadPlane:
         self._wall = wall_clock
         self._rediscover_interval_s = rediscover_interval_s
         self.table = LoadTable(stale_after_s)
-        self.hub = LoadHub(self.table, push_interval_s=push_interval_s, clock=clock)
+        self.hub = LoadHub(self.table, push_interval_s=push_interval_s, clock=clock, drain=self._drain)
         self._subscriber: LoadSubscriber | None = None
         self._workers: dict[str, WorkerRecord] = {}
         self._lock = asyncio.Lock()
@@ -72,7 +72,11 @@ class LoadPlane:
 
     async def start(self) -> None:
         """Load the registry and subscribe to every stored worker's endpoints."""
-        self._subscriber = LoadSubscriber(self.table, self.hub.mark_dirty, clock=self._clock)
+        # The ingest reads at most once per push interval unless the hub drains it right
+        # before a push: at a thousand publishers, one wakeup per push, not per frame.
+        self._subscriber = LoadSubscriber(
+            self.table, self.hub.mark_dirty, clock=self._clock, tick_s=self.hub.push_interval_s
+        )
         for record in await self._registry.list():
             self._apply(record)
         log.info("load_plane_started", workers=len(self._workers))
@@ -221,7 +225,12 @@ class LoadPlane:
     # -- loads --------------------------------------------------------------------------
 
     def loads(self) -> list[WorkerView]:
+        self._drain()  # what has arrived is visible to GetLoads at once
         return self.table.views(self._clock())
+
+    def _drain(self) -> None:
+        if self._subscriber is not None:
+            self._subscriber.drain()
 
     # -- background ---------------------------------------------------------------------
 

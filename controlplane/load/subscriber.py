@@ -10,14 +10,18 @@ Two paths per connection:
 
 * connecting (rare, one task per rank): resolve, connect, greeting, NULL handshake,
   subscription; on failure or loss, again after 100 ms doubling to 2 s (libzmq's
-  reconnect defaults, as sgl-router's subscriber uses them);
+  reconnect settings as sgl-router's subscriber uses them), every 10 s once an engine
+  has been unreachable for about a minute; retries of all ranks share a 100 ms grid;
 * receiving (hot): every established socket is in one level-triggered selector of ours
-  and only that selector is watched by the event loop. When it signals, one callback
-  reads every ready socket once: all frames that arrived meanwhile (several per socket
-  when we fell behind: a backlog is worked off in one read, not frame by frame). Batches
-  run at most once per ``TICK_S``: under a steady stream of frames each batch takes what
-  arrived over the tick instead of waking per frame, while a frame after a quiet spell
-  is read at once. An idle ingest costs nothing.
+  and only that selector is watched by the event loop. A batch (one callback) reads
+  every ready socket once: all frames that arrived meanwhile (several per socket when we
+  fell behind: a backlog is worked off in one read, not frame by frame). When the
+  selector signals, ``on_change`` tells the watch hub a push is due and a batch is
+  scheduled at most once per tick (``tick_s``); the hub calls ``drain`` right before each
+  push, so under a steady stream the ingest wakes once per push with everything since
+  the last one (a tick of the push interval, as the control plane runs it) instead of
+  once per frame. A frame after a quiet spell is read at once; ``drain`` before GetLoads
+  makes what has arrived visible. An idle ingest costs nothing.
 
 Frames are decoded with the shared codec and accounted in the pure ``LoadTable``;
 malformed ones are counted and dropped, logged once per episode: the ingest never dies on
@@ -29,6 +33,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import ipaddress
+import math
+import os
 import selectors
 import socket
 import time
@@ -56,8 +64,8 @@ log = structlog.get_logger(__name__)
 # a hostile or broken peer cannot make us allocate without bound. Frames up to this size
 # are received and refused by the codec (counted as malformed).
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-# At most one batch per tick: at 20 000 frames/s a batch reads ~100 frames instead of one
-# wakeup each; bounds the added latency (WatchLoads target: p99 < 150 ms, issue 5).
+# At most one batch per tick unless drained (the control plane uses its push interval:
+# the hub drains before each push). This default suits a consumer that does not drain.
 TICK_S = 0.005
 # One read per ready socket per batch: ~400 frames, so a backlog is read in a few turns.
 RECV_BYTES = 16 * 1024
@@ -67,7 +75,10 @@ BATCH_BUDGET = 1000
 # Reconnect backoff as in sgl-router's subscriber (libzmq's RECONNECT_IVL, _MAX).
 RECONNECT_IVL_S = 0.1
 RECONNECT_IVL_MAX_S = 2.0
-# Connect + ZMTP handshake; libzmq's handshake interval is 30 s, a loopback one takes ms.
+LONG_OUTAGE_ATTEMPTS = 35  # ~a minute at the cap above, then every LONG_OUTAGE_IVL_S
+LONG_OUTAGE_IVL_S = 10.0
+RECONNECT_SLOT_S = 0.1
+# The ZMTP handshake; libzmq's handshake interval is 30 s, a loopback one takes ms.
 HANDSHAKE_TIMEOUT_S = 10.0
 # A silently dead engine host is detected by TCP keepalive (then we reconnect), not by
 # ZMTP heartbeats: SGLang's publisher does not enable them (we answer PINGs regardless).
@@ -89,6 +100,7 @@ class _Link:
     port: int
     family: int
     topic: bytes
+    numeric: bool
     sock: socket.socket | None = None
     reader: FrameReader | None = None
     task: asyncio.Task[None] | None = None
@@ -116,9 +128,9 @@ def parse_endpoint(endpoint: str) -> tuple[str, int, int]:
 class LoadSubscriber:
     """Owns every rank connection; feeds frames into ``table``.
 
-    ``on_change`` is called (synchronously, cheaply) after each batch that accounted at
-    least one frame, so the watch hub knows a push is due. Must be created and used on
-    the running event loop's thread.
+    ``on_change`` is called (synchronously, cheaply) when frames are waiting and after
+    each batch that accounted some, so the watch hub knows a push is due. Must be created
+    and used on the running event loop's thread.
     """
 
     def __init__(
@@ -140,6 +152,7 @@ class LoadSubscriber:
         self._last_batch = float("-inf")
         self._unread: list[tuple[selectors.SelectorKey, int]] = []
         self._watching = False
+        self._closed = False
         self._watch()
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -148,7 +161,10 @@ class LoadSubscriber:
         """(Re)connect ``url``'s ranks: its previous connections are closed first."""
         targets = [(rank, *parse_endpoint(rank.endpoint)) for rank in ranks]
         self.unsubscribe(url)
-        links = [_Link(rank, host, port, family, topic) for rank, host, port, family in targets]
+        links = [
+            _Link(rank, host, port, family, topic, _is_address(host, family))
+            for rank, host, port, family in targets
+        ]
         for link in links:
             link.task = self._loop.create_task(self._keep_connected(link))
         self._links[url] = links
@@ -179,6 +195,7 @@ class LoadSubscriber:
             self._batch.cancel()
             self._batch = None
         self._selector.close()
+        self._closed = True
 
     # -- connecting ---------------------------------------------------------------------
 
@@ -186,8 +203,7 @@ class LoadSubscriber:
         delay = RECONNECT_IVL_S
         while not link.closed:
             try:
-                async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
-                    sock, reader, early = await self._connect(link)
+                sock, reader, early = await self._connect(link)
             except (OSError, ZmtpError, TimeoutError) as exc:
                 # An engine that is down is retried quietly (its ranks show UNKNOWN or
                 # STALE, as with libzmq); a peer that is not a ZMTP publisher is worth a line.
@@ -200,8 +216,12 @@ class LoadSubscriber:
                         error=str(exc),
                     )
                 link.failures += 1
-                await asyncio.sleep(delay)
-                delay = min(2 * delay, RECONNECT_IVL_MAX_S)
+                await self._backoff(delay)
+                # An engine down for a minute is starting (minutes for a large model) or
+                # gone: retrying it every 2 s was 4x libzmq's CPU at a thousand ranks (each
+                # attempt is a task wakeup, a socket and the kernel's SYN/RST, ~80 µs).
+                cap = RECONNECT_IVL_MAX_S if link.failures < LONG_OUTAGE_ATTEMPTS else LONG_OUTAGE_IVL_S
+                delay = min(2 * delay, cap)
                 continue
             delay = RECONNECT_IVL_S
             link.failures = 0
@@ -210,39 +230,34 @@ class LoadSubscriber:
             if early and self._accept(link, early, self._clock()):
                 self._on_change()
             await link.lost
-            await asyncio.sleep(delay)
+            await self._backoff(delay)
+
+    async def _backoff(self, delay_s: float) -> None:
+        # Retries end on a 100 ms grid: the ranks of a thousand stopped engines are tried in
+        # ten wakeups a second, not in one wakeup per rank.
+        now = self._loop.time()
+        await asyncio.sleep(math.ceil((now + delay_s) / RECONNECT_SLOT_S) * RECONNECT_SLOT_S - now)
 
     async def _connect(self, link: _Link) -> tuple[socket.socket, FrameReader, list[list[bytes]]]:
         """A socket through the handshake and subscribed, its reader, and any early messages."""
         loop = self._loop
-        infos = await loop.getaddrinfo(link.host, link.port, family=link.family, type=socket.SOCK_STREAM)
+        addresses: list[tuple[int, int, int, tuple[object, ...]]]
+        if link.numeric:  # no resolver round trip (a thread) per attempt for an address
+            addresses = [(link.family, socket.SOCK_STREAM, 0, (link.host, link.port))]
+        else:
+            infos = await loop.getaddrinfo(link.host, link.port, family=link.family, type=socket.SOCK_STREAM)
+            addresses = [(family, kind, proto, address) for family, kind, proto, _, address in infos]
         error: OSError = OSError(f"{link.host} resolves to no address")
-        for family, kind, proto, _, address in infos:
+        for family, kind, proto, address in addresses:
             sock = socket.socket(family, kind, proto)
             try:
                 sock.setblocking(False)
-                await loop.sock_connect(sock, address)
-                _tune(sock)
-                await loop.sock_sendall(sock, GREETING)
-                greeting = b""
-                while len(greeting) < GREETING_BYTES:
-                    # Exactly the greeting: libzmq sends it in two parts, READY follows it.
-                    chunk = await loop.sock_recv(sock, GREETING_BYTES - len(greeting))
-                    if not chunk:
-                        raise ConnectionError("closed during the greeting")
-                    greeting += chunk
-                check_greeting(greeting)
-                await loop.sock_sendall(sock, ready_command())
-                reader = FrameReader(MAX_MESSAGE_BYTES)
-                early: list[list[bytes]] = []
-                while reader.ready is None:
-                    chunk = await loop.sock_recv(sock, RECV_BYTES)
-                    if not chunk:
-                        raise ConnectionError("closed during the handshake")
-                    early += reader.feed(chunk)
-                await loop.sock_sendall(sock, subscribe_message(link.topic) + b"".join(reader.replies))
-                reader.replies.clear()
-                return sock, reader, early
+                # A refused connect fails here at once, without a timer or a writer: a
+                # thousand ranks of stopped engines retry 500 times a second.
+                status = sock.connect_ex(address)
+                if status not in (0, errno.EINPROGRESS, errno.EAGAIN):
+                    raise OSError(status, os.strerror(status))
+                return await self._handshake(sock, link.topic, connected=status == 0)
             except OSError as exc:
                 sock.close()
                 error = exc
@@ -250,6 +265,51 @@ class LoadSubscriber:
                 sock.close()
                 raise
         raise error
+
+    async def _handshake(
+        self, sock: socket.socket, topic: bytes, *, connected: bool
+    ) -> tuple[socket.socket, FrameReader, list[list[bytes]]]:
+        loop = self._loop
+        if not connected:
+            done = loop.create_future()
+            loop.add_writer(sock.fileno(), _settle, done)
+            try:
+                await done
+            finally:
+                loop.remove_writer(sock.fileno())
+            status = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if status:
+                raise OSError(status, os.strerror(status))
+        _tune(sock)
+        # Bounded from here: an unanswered connect ends with the kernel's SYN retries, as
+        # libzmq's (ZMQ_CONNECT_TIMEOUT 0), without a timer per attempt.
+        async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+            return await self._greet(sock, topic)
+
+    async def _greet(
+        self, sock: socket.socket, topic: bytes
+    ) -> tuple[socket.socket, FrameReader, list[list[bytes]]]:
+        loop = self._loop
+        await loop.sock_sendall(sock, GREETING)
+        greeting = b""
+        while len(greeting) < GREETING_BYTES:
+            # Exactly the greeting: libzmq sends it in two parts, READY follows it.
+            chunk = await loop.sock_recv(sock, GREETING_BYTES - len(greeting))
+            if not chunk:
+                raise ConnectionError("closed during the greeting")
+            greeting += chunk
+        check_greeting(greeting)
+        await loop.sock_sendall(sock, ready_command())
+        reader = FrameReader(MAX_MESSAGE_BYTES)
+        early: list[list[bytes]] = []
+        while reader.ready is None:
+            chunk = await loop.sock_recv(sock, RECV_BYTES)
+            if not chunk:
+                raise ConnectionError("closed during the handshake")
+            early += reader.feed(chunk)
+        await loop.sock_sendall(sock, subscribe_message(topic) + b"".join(reader.replies))
+        reader.replies.clear()
+        return sock, reader, early
 
     def _attach(self, link: _Link, sock: socket.socket, reader: FrameReader) -> None:
         link.sock = sock
@@ -281,11 +341,20 @@ class LoadSubscriber:
             self._loop.remove_reader(self._selector.fileno())
             self._watching = False
 
+    def drain(self) -> None:
+        """Read now everything that has arrived (before a push or a GetLoads answer)."""
+        if self._closed:
+            return
+        if self._batch is not None:
+            self._batch.cancel()
+        self._run_batch()
+
     def _on_signal(self) -> None:
         # Stop watching until the batch has run: the signals until then cost nothing (the
         # selector keeps them, level-triggered) and are read together. At most one batch
         # per tick, but a frame after a quiet spell is read at once (no added latency).
         self._unwatch()
+        self._on_change()
         if self._batch is None:
             wait_s = self._last_batch + self._tick_s - self._loop.time()
             if wait_s > 0:
@@ -379,6 +448,19 @@ class LoadSubscriber:
             totals.dropped += rank.dropped_frames - before
         else:
             totals.restart += 1
+
+
+def _settle(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
+
+
+def _is_address(host: str, family: int) -> bool:
+    try:
+        version = ipaddress.ip_address(host).version
+    except ValueError:
+        return False
+    return version == (6 if family == socket.AF_INET6 else 4)
 
 
 def _tune(sock: socket.socket) -> None:
