@@ -15,6 +15,8 @@ With a control plane, each child reports its status (SPEC §6 ``ReportRouterStat
 ``ID/SLOT`` (``ID`` from ``--router-id``, default ``HOST-<supervisor pid>``; ``SLOT`` 0..N-1): the
 rollout view shows one entry per process, and a restarted child takes its slot's id again, with a
 new boot id, so its predecessor's reported counts stay in the totals and none is counted twice.
+Each slot also has a counts file (``counts_journal.py``): the counts a SIGKILLed child had no
+time to report are reported by the slot's next child.
 
 A port of 0 is resolved once here, by binding a SO_REUSEPORT socket that is kept (never listening,
 so it takes no connections) for the supervisor's lifetime: every child, and every restarted child,
@@ -27,15 +29,19 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import structlog
+
+from dataplane.router.counts_journal import COUNTS_FILE_ENV
 
 log = structlog.get_logger(__name__)
 
@@ -125,6 +131,8 @@ class Supervisor:
     ) -> None:
         self._argv = list(argv)  # complete command of one child
         self._router_id = router_id  # None: the children get no --router-id from here
+        # One rejection-counts file per slot, read by the slot's next child (counts_journal.py).
+        self._journal_dir: str | None = None
         self._processes = processes
         self._grace_s = grace_s
         self._backoffs = [backoff or RestartBackoff() for _ in range(processes)]
@@ -137,6 +145,7 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stopping.set)
+        self._journal_dir = tempfile.mkdtemp(prefix="fleetplane-router-")
         try:
             async with asyncio.TaskGroup() as tg:
                 for slot in range(self._processes):
@@ -144,6 +153,7 @@ class Supervisor:
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
+            shutil.rmtree(self._journal_dir, ignore_errors=True)
         return self._exit_code
 
     async def _spawn(self, slot: int) -> asyncio.subprocess.Process:
@@ -153,6 +163,8 @@ class Supervisor:
         argv = self._argv
         if self._router_id is not None:
             argv = [*argv, "--router-id", slot_router_id(self._router_id, slot)]
+        if self._journal_dir is not None:
+            env[COUNTS_FILE_ENV] = os.path.join(self._journal_dir, f"slot-{slot}.counts")
         return await asyncio.create_subprocess_exec(
             *argv, env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
         )
