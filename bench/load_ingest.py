@@ -18,7 +18,7 @@ counter (or a newer one of that worker) first appears in the stream; latency = s
 
 After the window, the control plane's idle CPU: with every publisher connected but silent
 ("idle cores", after every rank went STALE) and with every publisher gone, each rank
-reconnecting at the 2 s backoff cap ("no-pub cores"). Every child runs in a session of its
+reconnecting at the 2 s backoff cap ("no-pub cores"). Consumers run in a session of their
 own (see ``spawn``).
 """
 
@@ -160,13 +160,15 @@ class Row:
     gone_cores: float | None = None  # publishers gone: every rank reconnecting
 
 
-def spawn(*args: str) -> subprocess.Popen[str]:
-    """A child in a session of its own, as engines and the control plane are in production.
+def spawn(*args: str, own_session: bool = False) -> subprocess.Popen[str]:
+    """A child process; consumers get a session of their own, as in production.
 
     With the kernel's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``),
-    CPU is shared fairly between sessions first: in the bench's session the consumer
-    would compete with its own publishers for that session's share, and on a busy machine
-    be starved by them (seen: the control plane got 5 % of a core, runnable throughout).
+    CPU is shared fairly between sessions first: in the bench's session a consumer would
+    compete with its own publishers for that session's share, and on a busy machine be
+    starved by them (seen: the control plane got 5 % of a core, runnable throughout). One
+    publisher process gets a session too; several stay in the driver's (one share for all
+    of them, not one each).
     """
     return subprocess.Popen(
         [sys.executable, *args],
@@ -176,7 +178,7 @@ def spawn(*args: str) -> subprocess.Popen[str]:
         stderr=None if os.environ.get("BENCH_DEBUG") else subprocess.DEVNULL,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        start_new_session=True,
+        start_new_session=own_session,
     )
 
 
@@ -193,7 +195,7 @@ def stop(proc: subprocess.Popen[str]) -> None:
 def measure_baseline(endpoints: list[str], seconds: float, tmp: Path) -> Row:
     path = tmp / "endpoints.json"
     path.write_text(json.dumps(endpoints))
-    proc = spawn(__file__, "--role", "bare", "--endpoints", str(path))
+    proc = spawn(__file__, "--role", "bare", "--endpoints", str(path), own_session=True)
     assert proc.stdin is not None and proc.stdout is not None
 
     def count() -> dict[str, int]:
@@ -276,6 +278,7 @@ async def measure_control_plane(
         "off",
         "--store",
         f"sqlite:{tmp / 'cp.db'}",
+        own_session=True,
     )
     assert proc.stdout is not None
     seen: list[tuple[str, int, float]] = []
@@ -333,8 +336,16 @@ async def measure_control_plane(
             if os.environ.get("BENCH_DEBUG"):
                 print(f"  measuring (control plane pid {proc.pid})", file=sys.stderr)
             (_, f0), c0, t0 = await fresh(), cpu_seconds(proc.pid), time.monotonic()
+            p0, d0 = sum(cpu_seconds(p.pid) for p in pubs), time.process_time()
             await asyncio.sleep(seconds)
             (_, f1), c1, t1 = await fresh(), cpu_seconds(proc.pid), time.monotonic()
+            p1, d1 = sum(cpu_seconds(p.pid) for p in pubs), time.process_time()
+            if os.environ.get("BENCH_DEBUG"):
+                print(
+                    f"  harness: publishers {(p1 - p0) / (t1 - t0):.3f} cores, "
+                    f"driver + watcher {(d1 - d0) / (t1 - t0):.3f} cores, load average {os.getloadavg()[0]:.1f}",
+                    file=sys.stderr,
+                )
             loads = await stub.GetLoads(load_pb2.GetLoadsRequest())
             dropped = sum(r.dropped_frames for w in loads.workers for r in w.ranks)
             # Idle: every publisher silent (after every rank went STALE, 3 s), then gone.
@@ -419,6 +430,7 @@ def run_size(n: int, procs: int, rate: float, seconds: float, baseline: bool) ->
                 str(rate),
                 "--log",
                 str(tmp / f"pub{i}.json"),
+                own_session=procs == 1,
             )
             for i, k in enumerate(per)
             if k
@@ -460,7 +472,9 @@ def main() -> None:
     )
     parser.add_argument("--role", choices=("driver", "publisher", "bare"), default="driver")
     parser.add_argument("--workers", type=int, nargs="+", default=[100, 1000])
-    parser.add_argument("--procs", type=int, default=4, help="publisher processes")
+    parser.add_argument(
+        "--procs", type=int, default=1, help="publisher processes (one: a session of its own)"
+    )
     parser.add_argument("--rate", type=float, default=20.0, help="frames/s per publisher socket")
     parser.add_argument("--seconds", type=float, default=8.0, help="measurement window per consumer")
     parser.add_argument("--no-baseline", action="store_true", help="measure the control plane only")

@@ -108,11 +108,13 @@ class LoadHub:
             if wait_s > 0:
                 await asyncio.sleep(wait_s)
             # What the ingest has not read yet goes into this push (it marks us dirty as
-            # it reads: drain first, then clear).
+            # it reads: drain first, then clear). Pushes are paced from their start, so
+            # the work of one does not stretch the interval.
+            started = self._clock()
             self._drain()
             self._dirty.clear()
             if self.publish():
-                last_push = self._clock()
+                last_push = started
 
     def publish(self) -> bool:
         """Turn the table's pending changes into a new version; True if there were any."""
