@@ -55,6 +55,9 @@ from controlplane.v1 import load_pb2, load_pb2_grpc  # noqa: E402
 
 SLOTS = 10  # each process spreads its sockets over 10 sub-slots of the period
 IDLE_S = 3.0  # idle CPU windows
+# Where `python -m controlplane` runs from: another checkout (a `git archive` of an older
+# commit) gives same-session before/after rows (--control-plane-tree).
+CONTROL_PLANE_TREE = ROOT
 CAPACITY = 1_000_000
 
 
@@ -160,7 +163,7 @@ class Row:
     gone_cores: float | None = None  # publishers gone: every rank reconnecting
 
 
-def spawn(*args: str, own_session: bool = False) -> subprocess.Popen[str]:
+def spawn(*args: str, own_session: bool = False, cwd: Path = ROOT) -> subprocess.Popen[str]:
     """A child process; consumers get a session of their own, as in production.
 
     With the kernel's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``),
@@ -172,7 +175,7 @@ def spawn(*args: str, own_session: bool = False) -> subprocess.Popen[str]:
     """
     return subprocess.Popen(
         [sys.executable, *args],
-        cwd=ROOT,
+        cwd=cwd,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=None if os.environ.get("BENCH_DEBUG") else subprocess.DEVNULL,
@@ -279,6 +282,7 @@ async def measure_control_plane(
         "--store",
         f"sqlite:{tmp / 'cp.db'}",
         own_session=True,
+        cwd=CONTROL_PLANE_TREE,
     )
     assert proc.stdout is not None
     seen: list[tuple[str, int, float]] = []
@@ -365,7 +369,7 @@ async def measure_control_plane(
         stop(proc)
     frames, cpu = f1 - f0, c1 - c0
     row = Row(
-        "fleetplane control plane",
+        "fleetplane control plane" + ("" if CONTROL_PLANE_TREE == ROOT else f" @{CONTROL_PLANE_TREE.name}"),
         len(endpoints),
         frames / (t1 - t0),
         cpu / (t1 - t0),
@@ -478,6 +482,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="frames/s per publisher socket")
     parser.add_argument("--seconds", type=float, default=8.0, help="measurement window per consumer")
     parser.add_argument("--no-baseline", action="store_true", help="measure the control plane only")
+    parser.add_argument(
+        "--control-plane-tree",
+        type=Path,
+        default=ROOT,
+        help="run the control plane from this checkout (e.g. a git archive of an older commit)",
+    )
     parser.add_argument("--count", type=int, default=0)
     parser.add_argument("--log", default="")
     parser.add_argument("--endpoints", default="")
@@ -488,6 +498,8 @@ def main() -> None:
     if args.role == "bare":
         bare_subscriber(args.endpoints)
         return
+    global CONTROL_PLANE_TREE
+    CONTROL_PLANE_TREE = args.control_plane_tree.resolve()
     rows: list[Row] = []
     for n in args.workers:
         print(
