@@ -1,0 +1,213 @@
+"""Router CPU per request as a deterministic instruction count (valgrind callgrind), no sockets.
+
+    python bench/router_instructions.py [--requests 2000]     # needs valgrind: apt-get install -y valgrind
+
+Wall-clock and CPU-time figures on this shared 2-core machine move by ±30 % with the other
+processes; instruction counts do not, so small hot-path changes can be compared A/B. Both rows run
+in one process on uvloop with in-memory transports (what the kernel does for the sockets is not
+counted: bench/router_overhead.py measures that):
+
+- ``router``: an HTTP/1.1 client connection of the router's front door (``dataplane.http``)
+  receives the 1 KiB chat request of bench/router_overhead.py; the router (a contract injecting
+  two fields: every feature on) forwards it over its pooled HTTP/1.1 upstream connection, whose
+  transport answers with engine-sim's answer bytes; the client's next request follows its answer;
+- ``bare``: the same front door and request with a handler that answers the same bytes at once:
+  the baseline of one HTTP hop on the same stack.
+
+Each row is measured as (instructions of N requests - instructions of N/4 requests) / (3N/4), so
+interpreter start-up and imports cancel out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.loadgen import chat_body, post  # noqa: E402
+
+MODEL = "sim-model"
+CONTRACT = '{"temperature": 0.7, "top_p": 0.95}'
+_ANSWER_BODY = json.dumps(
+    {
+        "id": "chatcmpl-0",
+        "model": MODEL,
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "sim " * 16}}],
+    }
+).encode()
+UPSTREAM_ANSWER = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+    b'x-sim-sampling-params: {"temperature":0.7,"top_p":0.95}\r\n'
+    b"content-length: %d\r\n\r\n%s" % (len(_ANSWER_BODY), _ANSWER_BODY)
+)
+REQUEST = post(
+    "127.0.0.1", 8000, "/v1/chat/completions", chat_body(MODEL, stream=False, size=1024, max_tokens=16)
+)
+
+
+class _Socket:
+    family = 2  # AF_INET: the server sets TCP_NODELAY on it
+
+    def setsockopt(self, *args: object) -> None:
+        pass
+
+
+class MemoryTransport:
+    """Enough of ``asyncio.Transport`` for the server and the upstream pool; writes go to ``sink``."""
+
+    def __init__(self, sink: Callable[[bytes], object]) -> None:
+        self._sink = sink
+        self._closing = False
+
+    def write(self, data: bytes) -> None:
+        self._sink(data)
+
+    def writelines(self, lines: list[bytes]) -> None:
+        self._sink(b"".join(lines))
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        self._closing = True
+
+    abort = close
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return _Socket() if name == "socket" else default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def can_write_eof(self) -> bool:
+        return False
+
+
+async def _drive(mode: str, n: int) -> None:
+    from dataplane.http import Request, Responder, ServerLimits
+    from dataplane.http.context import ServerContext
+    from dataplane.http.http1 import Http1Connection
+    from dataplane.router import upstream_h1
+    from dataplane.router.app import Router
+    from dataplane.router.settings import build_parser, settings_from_args
+    from dataplane.router.workers import WorkerSpec
+
+    loop = asyncio.get_running_loop()
+    if mode == "router":
+        url = "http://127.0.0.1:9"
+        args = ["--listen", "127.0.0.1:0", "--worker", url, "--override-sampling-params", CONTRACT]
+        router = Router(settings_from_args(build_parser().parse_args(args)))
+        router.state.apply_workers([WorkerSpec(url, "http1", (MODEL,))])
+
+        async def connect(pool: upstream_h1.H1Pool, _: object, __: float) -> upstream_h1._Connection:
+            conn = upstream_h1._Connection(pool)
+            # The worker answers in a later loop turn, as a socket read would.
+            conn.connection_made(
+                MemoryTransport(lambda _: loop.call_soon(conn.data_received, UPSTREAM_ANSWER))
+            )
+            return conn
+
+        upstream_h1.H1Pool._connect = connect  # type: ignore[method-assign,assignment]
+        handler: Any = router.proxy.handle
+    else:
+        head_end = UPSTREAM_ANSWER.index(b"\r\n\r\n")
+        headers = [tuple(line.split(b": ", 1)) for line in UPSTREAM_ANSWER[:head_end].split(b"\r\n")[1:-1]]
+
+        def handler(request: Request, responder: Responder) -> None:
+            responder.respond(200, headers, _ANSWER_BODY)
+
+    done = loop.create_future()
+    answered = 0
+    client = Http1Connection(ServerContext(handler, ServerLimits(), loop))
+
+    def on_answer(data: bytes) -> None:
+        nonlocal answered
+        if not data.startswith(b"HTTP/1.1 200 "):
+            done.set_exception(RuntimeError(f"unexpected answer: {data[:300]!r}"))
+            return
+        answered += 1
+        if answered >= n:
+            done.set_result(None)
+        else:
+            loop.call_soon(client.data_received, REQUEST)
+
+    client.connection_made(MemoryTransport(on_answer))  # type: ignore[arg-type]
+    loop.call_soon(client.data_received, REQUEST)
+    await done
+
+
+def _instructions(mode: str, n: int) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--cache-sim=no",
+                f"--callgrind-out-file={out}",
+                sys.executable,
+                __file__,
+                "--inner",
+                mode,
+                "--requests",
+                str(n),
+            ],
+            env={**os.environ, "PYTHONHASHSEED": "0"},
+            capture_output=True,
+            check=True,
+        )
+        with open(out) as f:
+            for line in f:
+                if line.startswith(("summary:", "totals:")):
+                    return int(line.split()[1])
+    raise SystemExit("no totals in the callgrind output")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--inner", choices=("router", "bare"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inner:
+        import gc
+
+        import uvloop
+
+        gc.collect()
+        gc.freeze()
+        uvloop.run(_drive(args.inner, args.requests))
+        return 0
+    if shutil.which("valgrind") is None:
+        print("valgrind not found: install it with `apt-get install -y valgrind`", file=sys.stderr)
+        return 2
+    n, small = args.requests, args.requests // 4
+    per_request = {}
+    for mode in ("bare", "router"):
+        per_request[mode] = (_instructions(mode, n) - _instructions(mode, small)) / (n - small)
+    print(f"router instructions — 1 KiB chat body, in-memory transports, uvloop, {n} - {small} requests")
+    print(f"{'mode':<8}{'instructions/req':>18}{'x bare':>8}")
+    for mode, value in per_request.items():
+        print(f"{mode:<8}{value:>18,.0f}{value / per_request['bare']:>8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
