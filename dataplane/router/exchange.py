@@ -87,31 +87,34 @@ class Exchange:
         responder = self._responder
         responder.on_disconnect(None)
         worker = self._worker
+        complete = response.buffered_body()
+        if complete is None:
+            # Still on its way (a large answer, or SSE): relay it in a task, as the task path
+            # does; the task owns the slot and the in-flight count from now on.
+            proxy = self._proxy
+            relaying = relay_rest(
+                proxy.loop,
+                proxy.metrics,
+                self._stats,
+                self._started,
+                responder,
+                worker,
+                self._slot,
+                response,
+                self._extra,
+                self._stream,
+            )
+            try:
+                spawn(proxy.loop, relaying, self._request, responder)
+            except Exception:
+                relaying.close()
+                response.abort()
+                worker.inflight -= 1
+                self._bug()
+            return
+        # In-flight first: nothing below may leave it counted (``_bug`` does not touch it).
+        worker.inflight -= 1
         try:
-            complete = response.buffered_body()
-            if complete is None:
-                # Still on its way (a large answer, or SSE): relay it in a task, as the task
-                # path does; the task owns the slot and the in-flight count from now on.
-                proxy = self._proxy
-                spawn(
-                    proxy.loop,
-                    relay_rest(
-                        proxy.loop,
-                        proxy.metrics,
-                        self._stats,
-                        self._started,
-                        responder,
-                        worker,
-                        self._slot,
-                        response,
-                        self._extra,
-                        self._stream,
-                    ),
-                    self._request,
-                    responder,
-                )
-                return
-            worker.inflight -= 1
             status = response.status
             extra = self._extra
             responder.respond(status, response.headers + extra if extra else response.headers, complete)
@@ -129,8 +132,8 @@ class Exchange:
         responder = self._responder
         responder.on_disconnect(None)
         worker = self._worker
+        worker.inflight -= 1
         try:
-            worker.inflight -= 1
             worker.record_failure()
             self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(error))
             status = answer_error(responder, error, self._extra)
@@ -144,10 +147,10 @@ class Exchange:
     def on_client_gone(self) -> None:
         conn, self.conn = self.conn, None
         worker = self._worker
+        worker.inflight -= 1
         try:
             if conn is not None:
                 conn.abandon()  # mid-exchange: the connection cannot be reused
-            worker.inflight -= 1
             self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
             self._responder.abort()
         except Exception:
@@ -157,12 +160,11 @@ class Exchange:
         self._stats.observe(CLIENT_CLOSED, perf_counter() - self._started)
 
     def _bug(self) -> None:
-        """A callback failed: answer 500 (or abort), give back what the request held."""
+        """A callback failed: answer 500 (or abort), close the upstream exchange, give back
+        the slot (``Slot.release`` is idempotent). The in-flight count is the caller's."""
         _log.exception("forwarding failed for %r", self._request)
         answer_internal_error(self._responder)
         conn, self.conn = self.conn, None
         if conn is not None:
             conn.abandon()
-        # in-flight: best effort; the slot releases at most once (``Slot.release``).
-        self._worker.inflight = max(0, self._worker.inflight - 1)
         self._slot.release()
