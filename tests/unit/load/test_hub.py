@@ -97,3 +97,30 @@ async def test_ticker_coalesces_to_the_push_interval_and_pushes_stale_without_fr
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     assert decode(delta.workers)[A].freshness == load_pb2.FRESHNESS_STALE
+
+
+async def test_each_push_includes_what_the_drain_read_just_before_it() -> None:
+    """The ticker drains the ingest right before pushing: frames read then are in that push."""
+    table = LoadTable(stale_after_s=3.0)
+    (a,) = table.set_worker(A, ["tcp://h:1"])
+    drained: list[int] = []
+
+    def drain() -> None:  # stands in for the ingest reading its sockets
+        drained.append(1)
+        table.record_frame(a, len(drained), LoadStat(len(drained), 0, 0, 10, 0), time.monotonic())
+
+    hub = LoadHub(table, push_interval_s=0.01, drain=drain)
+    with hub.subscribe():
+        version = hub.full().version
+        ticker = asyncio.create_task(hub.run())
+        try:
+            hub.mark_dirty()
+            deadline = time.monotonic() + 2.0
+            while hub.version == version:
+                assert time.monotonic() < deadline, "no push"
+                await asyncio.sleep(0.005)
+            pushed = decode(hub.since(version).workers)[A]
+        finally:
+            ticker.cancel()
+            await asyncio.gather(ticker, return_exceptions=True)
+    assert drained and pushed.ranks[0].seq >= 1 and pushed.num_running_reqs == pushed.ranks[0].seq
