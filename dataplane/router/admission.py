@@ -34,7 +34,10 @@ class Slot:
         admission = self._admission
         if admission is not None:
             self._admission = None
-            admission._release()
+            if admission._waiters:
+                admission._release()  # hand it to the oldest waiter
+            else:
+                admission._in_use -= 1  # nobody waits: free it (the per-request path)
 
     @property
     def held(self) -> bool:

@@ -242,7 +242,10 @@ class _Connection(asyncio.Protocol):
 
     def send_to(self, head: bytes, body: RequestBody, deadline: float, listener: ResponseListener) -> None:
         """Write the request; ``listener`` is told of the head or the failure (no future, no task)."""
-        transport = self._writable()
+        transport = self._transport  # self._writable(), inlined: the per-request path
+        if self.lost or transport is None or transport.is_closing():
+            self.close()
+            raise UpstreamUnreachable()
         self._listener = listener
         self._write(transport, head, body, deadline)
 
@@ -406,19 +409,28 @@ class H1Pool:
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
         now = loop.time()
-        conn = self._checkout(now)
-        if conn is None:
+        idle = self._idle
+        if not idle:
             return None
+        conn: _Connection | None = idle.pop()  # the most recent one: usually still fresh
+        assert conn is not None
+        if conn.lost or now - conn.idle_since >= self._idle_ttl_s:
+            conn.close()
+            conn = self._checkout(now)
+            if conn is None:
+                return None
         conn.send_to(self._head(method, path, headers, body), body, now + timeout_s, listener)
         return conn
 
     def _head(self, method: bytes, path: bytes, headers: Headers, body: RequestBody) -> bytes:
         """Request line and headers (RFC 9112 §3, §6.2: the body is framed by Content-Length)."""
-        head = method + b" " + path + b" HTTP/1.1" + self._host_line
+        # One %-format per piece: fewer intermediate objects than chained concatenation.
         if body or method != b"GET":
-            head += b"\r\ncontent-length: %d" % len(body)
+            head = b"%s %s HTTP/1.1%s\r\ncontent-length: %d" % (method, path, self._host_line, len(body))
+        else:
+            head = b"%s %s HTTP/1.1%s" % (method, path, self._host_line)
         for name, value in headers:
-            head += b"\r\n" + name + b": " + value
+            head += b"\r\n%s: %s" % (name, value)
         return head + b"\r\n\r\n"
 
     async def close(self) -> None:
