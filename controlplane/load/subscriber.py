@@ -72,6 +72,7 @@ RECV_BYTES = 16 * 1024
 # Frames accounted per batch (one event-loop callback, a few ms) before the rest waits for
 # the next turn, so gRPC and the watch pushes run in between while a backlog is worked off.
 BATCH_BUDGET = 1000
+DRAIN_BUDGET = 20 * BATCH_BUDGET  # a drain before a push: one frame of each of 20 000 ranks
 # Reconnect backoff as in sgl-router's subscriber (libzmq's RECONNECT_IVL, _MAX).
 RECONNECT_IVL_S = 0.1
 RECONNECT_IVL_MAX_S = 2.0
@@ -347,7 +348,9 @@ class LoadSubscriber:
             return
         if self._batch is not None:
             self._batch.cancel()
-        self._run_batch()
+        # A push encodes every worker that changed anyway: a budget-sized batch here would
+        # leave the frames past the budget for the next push (one interval late).
+        self._run_batch(DRAIN_BUDGET)
 
     def _on_signal(self) -> None:
         # Stop watching until the batch has run: the signals until then cost nothing (the
@@ -364,7 +367,7 @@ class LoadSubscriber:
 
     # -- the hot path -------------------------------------------------------------------
 
-    def _run_batch(self) -> None:
+    def _run_batch(self, budget: int = BATCH_BUDGET) -> None:
         self._batch = None
         self._last_batch = self._loop.time()
         now = self._clock()
@@ -401,12 +404,12 @@ class LoadSubscriber:
                 self._disconnect(link)
                 continue
             handled += self._accept(link, messages, now)
-            if handled >= BATCH_BUDGET:
+            if handled >= budget:
                 self._unread = ready[index + 1 :]
                 break
         if handled:
             self._on_change()
-        if handled >= BATCH_BUDGET:
+        if handled >= budget:
             # Level-triggered: what is left is read in the next turn of the loop.
             self._batch = self._loop.call_soon(self._run_batch)
         else:

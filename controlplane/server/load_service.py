@@ -96,8 +96,10 @@ class LoadServicer(load_pb2_grpc.LoadServiceServicer):
                     if delta:
                         # No lock is held here: a slow stream only delays its own slot, and
                         # what it sends next is the newest state (SPEC §6: newest wins).
-                        yield self._message(delta)
+                        # Spaced from when a message is handed to gRPC, not from when the
+                        # write completed: that time would add to every interval.
                         sent_at = self._clock()
+                        yield self._message(delta)
                     version = delta.version
                     await slot.wait()
                     # At most one message per push interval per watcher (SPEC §6). The hub
