@@ -91,6 +91,7 @@ class Proxy:
         self._admission = admission
         self._balancer = balancer
         self._metrics = metrics
+        self.metrics = metrics  # a plain attribute (not a property): read by every exchange
         self._config = config
         self._endpoints = Endpoints(state, metrics)
         self._other_stats = metrics.route("/v1/*")
@@ -99,10 +100,6 @@ class Proxy:
         self._loop: asyncio.AbstractEventLoop | None = None
         # Request target -> its route (clients repeat a handful of targets; bounded).
         self._routes: dict[bytes, _Route] = {}
-
-    @property
-    def metrics(self) -> RouterMetrics:
-        return self._metrics
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
