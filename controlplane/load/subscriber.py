@@ -224,13 +224,19 @@ class LoadSubscriber:
                 cap = RECONNECT_IVL_MAX_S if link.failures < LONG_OUTAGE_ATTEMPTS else LONG_OUTAGE_IVL_S
                 delay = min(2 * delay, cap)
                 continue
+            if link.closed:  # unsubscribed as the handshake completed
+                sock.close()
+                return
             delay = RECONNECT_IVL_S
             link.failures = 0
             link.lost = self._loop.create_future()
             self._attach(link, sock, reader)
             if early and self._accept(link, early, self._clock()):
                 self._on_change()
-            await link.lost
+            try:
+                await link.lost
+            finally:
+                self._disconnect(link)  # cancelled (unsubscribed): never leave it open
             await self._backoff(delay)
 
     async def _backoff(self, delay_s: float) -> None:
@@ -379,10 +385,11 @@ class LoadSubscriber:
         for index, (key, _) in enumerate(ready):
             link: _Link = key.data
             reader = link.reader
-            if reader is None:
-                continue
+            sock = link.sock
+            if reader is None or sock is not key.fileobj:
+                continue  # closed since (a budget's leftovers may be a turn old)
             try:
-                data = key.fileobj.recv(RECV_BYTES)  # type: ignore[union-attr]
+                data = sock.recv(RECV_BYTES)
             except (BlockingIOError, InterruptedError):
                 continue
             except OSError:  # reset by the peer: reconnect
