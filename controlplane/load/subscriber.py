@@ -423,9 +423,25 @@ class LoadSubscriber:
             self._watch()
 
     def _accept(self, link: _Link, messages: list[list[bytes]], now: float) -> int:
+        """Account ``messages`` of ``link``'s rank (per frame: keep this loop flat)."""
         rank = link.rank
+        record = self._table.record_frame
+        totals = metrics.FRAMES
         for frames in messages:
-            self._account(rank, frames, now)
+            try:
+                seq, stat = decode_frame(frames)
+            except WireError as exc:
+                self._malformed(rank, exc)
+                continue
+            before = rank.dropped_frames
+            outcome = record(rank, seq, stat, now)
+            if outcome is _OK:
+                totals.ok += 1
+            elif outcome is _GAP:
+                totals.gap += 1
+                totals.dropped += rank.dropped_frames - before
+            else:
+                totals.restart += 1
         reader = link.reader
         if reader is not None and reader.replies:
             # PONGs (publishers with ZMTP heartbeats): tiny, best effort.
@@ -434,30 +450,20 @@ class LoadSubscriber:
             reader.replies.clear()
         return len(messages)
 
-    def _account(self, rank: RankState, frames: list[bytes], now: float) -> None:
-        totals = metrics.FRAMES
-        try:
-            seq, stat = decode_frame(frames)
-        except WireError as exc:
-            totals.malformed += 1
-            if self._table.record_malformed(rank):
-                log.warning(
-                    "malformed load frame (dropping; logged once until a good frame)",
-                    worker=rank.worker_url,
-                    dp_rank=rank.dp_rank,
-                    endpoint=rank.endpoint,
-                    error=str(exc),
-                )
-            return
-        before = rank.dropped_frames
-        outcome = self._table.record_frame(rank, seq, stat, now)
-        if outcome is FrameOutcome.OK:
-            totals.ok += 1
-        elif outcome is FrameOutcome.GAP:
-            totals.gap += 1
-            totals.dropped += rank.dropped_frames - before
-        else:
-            totals.restart += 1
+    def _malformed(self, rank: RankState, exc: WireError) -> None:
+        metrics.FRAMES.malformed += 1
+        if self._table.record_malformed(rank):
+            log.warning(
+                "malformed load frame (dropping; logged once until a good frame)",
+                worker=rank.worker_url,
+                dp_rank=rank.dp_rank,
+                endpoint=rank.endpoint,
+                error=str(exc),
+            )
+
+
+_OK = FrameOutcome.OK
+_GAP = FrameOutcome.GAP
 
 
 def _settle(done: asyncio.Future[None]) -> None:
