@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
+./scripts/install_etcd.sh
 exec .venv/bin/python -m pytest "$@"
