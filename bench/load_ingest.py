@@ -59,6 +59,14 @@ IDLE_S = 3.0  # idle CPU windows
 # commit) gives same-session before/after rows (--control-plane-tree).
 CONTROL_PLANE_TREE = ROOT
 CAPACITY = 1_000_000
+# The control plane's ingest (--ingest): "zmtp" is the product's (controlplane/load/subscriber.py);
+# "libzmq" swaps in the libzmq SUB variant read in batches (libzmq_subscriber.py), same hub.
+INGESTS = ("zmtp", "libzmq")
+_LIBZMQ_MAIN = (
+    "import sys; from controlplane.load import plane, libzmq_subscriber as m; "
+    "plane.LoadSubscriber = m.LibzmqSubscriber; from controlplane.cli.main import main; "
+    "sys.exit(main(['control', *sys.argv[1:]]))"
+)
 
 
 # -- roles run as child processes -----------------------------------------------------------
@@ -83,6 +91,8 @@ def publisher(count: int, rate: float, log_path: str) -> None:
         for line in sys.stdin:
             if line.strip() == "pause":  # stay bound and connected, send nothing (idle CPU)
                 paused.set()
+            elif line.strip() == "resume":  # the next consumer of the same run
+                paused.clear()
             else:
                 break
         stop.set()
@@ -267,20 +277,27 @@ def tell(pubs: list[subprocess.Popen[str]], command: str) -> None:
 
 
 async def measure_control_plane(
-    endpoints: list[str], seconds: float, tmp: Path, pubs: list[subprocess.Popen[str]]
+    endpoints: list[str],
+    seconds: float,
+    tmp: Path,
+    pubs: list[subprocess.Popen[str]],
+    ingest: str = "zmtp",
+    last: bool = True,
 ) -> tuple[Row, list[tuple[str, int, float]]]:
+    """One control plane against the running publishers; ``last``: stop them after (no-pub CPU)."""
     urls = [f"http://127.0.0.1:{20000 + i}" for i in range(len(endpoints))]
+    db = tmp / f"cp-{time.monotonic_ns()}.db"
     # A few through the API (the path an operator takes), the rest written beforehand.
-    await preregister(tmp / "cp.db", urls[10:], endpoints[10:])
+    await preregister(db, urls[10:], endpoints[10:])
+    main = ["-m", "controlplane"] if ingest == "zmtp" else ["-c", _LIBZMQ_MAIN]
     proc = spawn(
-        "-m",
-        "controlplane",
+        *main,
         "--listen",
         "127.0.0.1:0",
         "--http-listen",
         "off",
         "--store",
-        f"sqlite:{tmp / 'cp.db'}",
+        f"sqlite:{db}",
         own_session=True,
         cwd=CONTROL_PLANE_TREE,
     )
@@ -356,20 +373,25 @@ async def measure_control_plane(
             tell(pubs, "pause")
             await asyncio.sleep(4.5)
             idle = await idle_cpu(proc.pid, IDLE_S)
-            tell(pubs, "stop")
-            for p in pubs:
-                assert p.stdout is not None
-                await asyncio.to_thread(p.stdout.readline)  # "done": its send log is written
-            await asyncio.sleep(3.0)  # reconnect backoff at its 2 s cap
-            gone = await idle_cpu(proc.pid, IDLE_S)
+            gone: float | None = None
+            if last:
+                tell(pubs, "stop")
+                for p in pubs:
+                    assert p.stdout is not None
+                    await asyncio.to_thread(p.stdout.readline)  # "done": its send log is written
+                await asyncio.sleep(3.0)  # reconnect backoff at its 2 s cap
+                gone = await idle_cpu(proc.pid, IDLE_S)
+            else:
+                tell(pubs, "resume")
             call.cancel()
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
     finally:
         stop(proc)
     frames, cpu = f1 - f0, c1 - c0
+    name = {"zmtp": "control plane, ZMTP", "libzmq": "control plane, libzmq SUB batched"}[ingest]
     row = Row(
-        "fleetplane control plane" + ("" if CONTROL_PLANE_TREE == ROOT else f" @{CONTROL_PLANE_TREE.name}"),
+        name + ("" if CONTROL_PLANE_TREE == ROOT else f" @{CONTROL_PLANE_TREE.name}"),
         len(endpoints),
         frames / (t1 - t0),
         cpu / (t1 - t0),
@@ -419,7 +441,9 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] * 1000
 
 
-def run_size(n: int, procs: int, rate: float, seconds: float, baseline: bool) -> list[Row]:
+def run_size(
+    n: int, procs: int, rate: float, seconds: float, baseline: bool, ingests: list[str]
+) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp_dir:
         tmp = Path(tmp_dir)
         per = [n // procs + (1 if i < n % procs else 0) for i in range(procs)]
@@ -445,9 +469,13 @@ def run_size(n: int, procs: int, rate: float, seconds: float, baseline: bool) ->
                 assert p.stdout is not None
                 endpoints += json.loads(p.stdout.readline())
             base = measure_baseline(endpoints, seconds, tmp) if baseline else None
-            fp, seen = asyncio.run(measure_control_plane(endpoints, seconds, tmp, pubs))
-            t0 = min((t for _, _, t in seen), default=0.0)
-            t1 = max((t for _, _, t in seen), default=0.0)
+            # Each ingest in turn against the same publishers (same run, interleaved if repeated).
+            runs = [
+                asyncio.run(
+                    measure_control_plane(endpoints, seconds, tmp, pubs, ingest, last=k == len(ingests) - 1)
+                )
+                for k, ingest in enumerate(ingests)
+            ]
         finally:
             for p in pubs:
                 if p.poll() is None and p.stdin is not None:
@@ -460,14 +488,21 @@ def run_size(n: int, procs: int, rate: float, seconds: float, baseline: bool) ->
         sends: dict[str, list[float]] = {}
         for i in range(len(pubs)):
             sends.update(json.loads((tmp / f"pub{i}.json").read_text()))
-    if os.environ.get("BENCH_DEBUG"):
-        published = sum(1 for sent in sends.values() for ts in sent if t0 <= ts <= t1)
-        print(f"  published {published / max(t1 - t0, 1e-9):.0f} frames/s during the window", file=sys.stderr)
     url_of = {e: f"http://127.0.0.1:{20000 + i}" for i, e in enumerate(endpoints)}
-    lat = latencies(sends, url_of, seen, t0, t1)
-    if lat:
-        fp.p50_ms, fp.p99_ms = pct(lat, 0.50), pct(lat, 0.99)
-    return [fp] if base is None else [base, fp]
+    for fp, seen in runs:
+        t0 = min((t for _, _, t in seen), default=0.0)
+        t1 = max((t for _, _, t in seen), default=0.0)
+        if os.environ.get("BENCH_DEBUG"):
+            published = sum(1 for sent in sends.values() for ts in sent if t0 <= ts <= t1)
+            print(
+                f"  published {published / max(t1 - t0, 1e-9):.0f} frames/s during the window",
+                file=sys.stderr,
+            )
+        lat = latencies(sends, url_of, seen, t0, t1)
+        if lat:
+            fp.p50_ms, fp.p99_ms = pct(lat, 0.50), pct(lat, 0.99)
+    rows = [fp for fp, _ in runs]
+    return rows if base is None else [base, *rows]
 
 
 def main() -> None:
@@ -482,6 +517,13 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="frames/s per publisher socket")
     parser.add_argument("--seconds", type=float, default=8.0, help="measurement window per consumer")
     parser.add_argument("--no-baseline", action="store_true", help="measure the control plane only")
+    parser.add_argument(
+        "--ingest",
+        choices=INGESTS,
+        nargs="+",
+        default=list(INGESTS),
+        help="control-plane ingests, in turn against the same publishers (repeat to interleave)",
+    )
     parser.add_argument(
         "--control-plane-tree",
         type=Path,
@@ -505,9 +547,9 @@ def main() -> None:
         print(
             f"N = {n}: {args.procs} publisher processes, {args.rate:g} frames/s each socket", file=sys.stderr
         )
-        rows += run_size(n, args.procs, args.rate, args.seconds, not args.no_baseline)
+        rows += run_size(n, args.procs, args.rate, args.seconds, not args.no_baseline, args.ingest)
     print(
-        f"{'consumer':<28} {'N':>5} {'frames/s':>9} {'cores':>6} {'CPU ms/1000 fr':>15} {'vs base':>8} {'p50 ms':>7} {'p99 ms':>7} {'dropped':>8}"
+        f"{'consumer':<34} {'N':>5} {'frames/s':>9} {'cores':>6} {'CPU ms/1000 fr':>15} {'vs base':>8} {'p50 ms':>7} {'p99 ms':>7} {'dropped':>8}"
         f" {'idle cores':>10} {'no-pub cores':>12}"
     )
     base = rows[0]
@@ -518,7 +560,7 @@ def main() -> None:
         p50 = "-" if r.p50_ms is None else f"{r.p50_ms:.1f}"
         p99 = "-" if r.p99_ms is None else f"{r.p99_ms:.1f}"
         print(
-            f"{r.consumer:<28} {r.workers:>5} {r.frames_per_s:>9.0f} {r.cpu_cores:>6.3f} {r.cpu_ms_per_1000:>15.1f} "
+            f"{r.consumer:<34} {r.workers:>5} {r.frames_per_s:>9.0f} {r.cpu_cores:>6.3f} {r.cpu_ms_per_1000:>15.1f} "
             f"{ratio:>7.2f}x {p50:>7} {p99:>7} {r.dropped:>8}"
             f" {'-' if r.idle_cores is None else f'{r.idle_cores:.4f}':>10}"
             f" {'-' if r.gone_cores is None else f'{r.gone_cores:.4f}':>12}"
