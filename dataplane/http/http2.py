@@ -4,6 +4,11 @@ Flow control both ways (RFC 9113 §5.2): inbound credit is returned as request d
 into the (``max_body_bytes``-bounded) body buffer; outbound data beyond the peer's window waits
 in a per-stream buffer until WINDOW_UPDATE, so one slow stream never blocks the others.
 A streaming writer waits once ``h2_stream_buffer_bytes`` of its answer is queued.
+
+A malformed request (RFC 9113 §8.1.1: bad fields, pseudo-headers, a content-length that the DATA
+does not match; see ``h2_fields``) is a stream error: it gets a 400 ``bad_request`` and, if
+the client is still sending, RST_STREAM(PROTOCOL_ERROR); it never reaches the handler, and the
+connection's other streams go on. Framing errors stay connection errors (GOAWAY).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import contextlib
 from typing import cast
 
 from h2.config import H2Configuration
-from h2.connection import ConnectionState, H2Connection
+from h2.connection import ConnectionState
 from h2.errors import ErrorCodes
 from h2.events import (
     ConnectionTerminated,
@@ -22,6 +27,7 @@ from h2.events import (
     RequestReceived,
     StreamEnded,
     StreamReset,
+    TrailersReceived,
     WindowUpdated,
 )
 from h2.exceptions import H2Error, ProtocolError
@@ -30,16 +36,24 @@ from hyperframe.frame import GoAwayFrame
 
 from dataplane.http.backpressure import WriteBackpressure
 from dataplane.http.context import ServerContext, close_idle, set_nodelay, still_draining
+from dataplane.http.h2_fields import (
+    LenientH2Connection,
+    MalformedRequest,
+    check_trailer_fields,
+    request_fields,
+)
 from dataplane.http.http2_responder import H2Responder
 from dataplane.http.request import Request, dispatch
-from dataplane.http.wire import TIMED_OUT, TOO_LARGE, Headers
+from dataplane.http.wire import TIMED_OUT, TOO_LARGE, ErrorAnswer, error_answer
+from dataplane.router.errors import BadRequest
 
 _RESET_ALLOWANCE = 100  # client resets tolerated before the answered/reset ratio is enforced
 
 _CONFIG = H2Configuration(
     client_side=False,
     header_encoding=None,
-    validate_inbound_headers=True,
+    # Checked per stream by ``h2_fields``: h2 would answer a malformed request with GOAWAY.
+    validate_inbound_headers=False,
     normalize_inbound_headers=True,
     # Outbound headers are sanitised by ``h2_response_headers``; h2's checks would cost per answer.
     validate_outbound_headers=False,
@@ -56,7 +70,7 @@ class Http2Connection(WriteBackpressure):
         self._loop = ctx.loop
         self._limits = ctx.limits
         self._max_body = ctx.limits.max_body_bytes
-        self._h2 = H2Connection(config=_CONFIG)
+        self._h2 = LenientH2Connection(config=_CONFIG)
         self._transport: asyncio.Transport | None = None
         self._streams: dict[int, H2Responder] = {}
         self._blocked: dict[int, H2Responder] = {}  # answers waiting for window
@@ -118,6 +132,8 @@ class Http2Connection(WriteBackpressure):
                 self._on_stream_ended(ev.stream_id)
             elif isinstance(ev, WindowUpdated):
                 self._on_window(ev.stream_id)
+            elif isinstance(ev, TrailersReceived):
+                self._on_trailers(ev)
             elif isinstance(ev, StreamReset):
                 if self._on_client_reset(ev.stream_id):
                     return
@@ -126,7 +142,7 @@ class Http2Connection(WriteBackpressure):
                     self._on_window(0)
             elif isinstance(ev, ConnectionTerminated) and self._on_peer_goaway(ev.error_code):
                 return
-            # Trailers, pings, priority and settings acks need nothing from us.
+            # Pings, priority and settings acks need nothing from us.
         self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -162,34 +178,20 @@ class Http2Connection(WriteBackpressure):
             self._h2.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
             return
         self._last_stream_id = max(self._last_stream_id, sid)
-        method = path = b""
-        authority: bytes | None = None
-        has_host = False
-        too_large = False
-        headers: Headers = []
-        for name, value in ev.headers:
-            if name[0] == 58:  # b":" pseudo-header (RFC 9113 §8.3.1)
-                if name == b":method":
-                    method = value
-                elif name == b":path":
-                    path = value
-                elif name == b":authority":
-                    authority = value
-                continue
-            if name == b"host":
-                has_host = True
-            elif name == b"content-length" and value.isdigit() and int(value) > self._max_body:
-                too_large = True
-            headers.append((name, value))
-        if authority is not None and not has_host:
-            # Handlers (and an HTTP/1.1 upstream) read the target host from ``host``.
-            headers.append((b"host", authority))
+        self._deadline = 0.0
+        try:
+            method, path, headers, length = request_fields(ev.headers)
+        except MalformedRequest as exc:
+            resp = self._streams[sid] = H2Responder(self, sid, b"", exc.target, [])
+            self._malformed(resp, exc)
+            return
         resp = H2Responder(self, sid, method, path, headers)
         self._streams[sid] = resp
-        self._deadline = 0.0
         resp._deadline = self._loop.time() + self._limits.read_timeout_s
-        if too_large:
-            self._refuse(resp, TOO_LARGE)
+        if length >= 0:
+            resp._length = length
+            if length > self._max_body:
+                self._refuse(resp, TOO_LARGE)
 
     def _on_data(self, ev: DataReceived) -> None:
         sid: int = ev.stream_id
@@ -200,6 +202,9 @@ class Http2Connection(WriteBackpressure):
             return
         data: bytes = ev.data
         size = resp._body_bytes + len(data)
+        if 0 <= resp._length < size:
+            self._malformed(resp, MalformedRequest("more DATA than content-length (RFC 9113 §8.1.1)"))
+            return
         if size > self._max_body:
             self._refuse(resp, TOO_LARGE)
             return
@@ -210,11 +215,23 @@ class Http2Connection(WriteBackpressure):
         resp = self._streams.get(sid)
         if resp is None or resp._body is None:
             return
+        if resp._length >= 0 and resp._body_bytes != resp._length:
+            self._malformed(resp, MalformedRequest("less DATA than content-length (RFC 9113 §8.1.1)"))
+            return
         parts, resp._body = resp._body, None
         resp._deadline = 0.0
         body = b"" if not parts else parts[0] if len(parts) == 1 else b"".join(parts)
         request = Request(resp._method, resp._path, resp._headers, body, True)
         resp._task = dispatch(self._loop, self._ctx.handler, request, resp)
+
+    def _on_trailers(self, ev: TrailersReceived) -> None:
+        resp = self._streams.get(ev.stream_id)
+        if resp is None or resp._body is None:
+            return
+        try:
+            check_trailer_fields(ev.headers)
+        except MalformedRequest as exc:
+            self._malformed(resp, exc)
 
     def _on_client_reset(self, sid: int) -> bool:
         """A client RST_STREAM; True if the connection was closed for abusing them.
@@ -253,7 +270,9 @@ class Http2Connection(WriteBackpressure):
 
     # -- sending --------------------------------------------------------------------------------
 
-    def _refuse(self, resp: H2Responder, answer: tuple[int, Headers, bytes]) -> None:
+    def _refuse(
+        self, resp: H2Responder, answer: ErrorAnswer, rst_code: ErrorCodes = ErrorCodes.NO_ERROR
+    ) -> None:
         """Answer before the request is complete, then ask the client to stop sending.
 
         RFC 9113 §8.1: after a complete answer a server may RST_STREAM with NO_ERROR.
@@ -262,8 +281,16 @@ class Http2Connection(WriteBackpressure):
             self._ctx.on_refusal(resp._path, answer[0])
         resp._body = None
         resp._deadline = 0.0
-        resp._rst_after = True
+        resp._rst_code = rst_code
         resp.respond(*answer)
+
+    def _malformed(self, resp: H2Responder, exc: MalformedRequest) -> None:
+        """RFC 9113 §8.1.1: a malformed request is a stream error of type PROTOCOL_ERROR, and
+        "a server MAY send an HTTP response prior to closing or resetting the stream": a 400
+        tells the client why; RST_STREAM(PROTOCOL_ERROR) follows while it is still sending
+        (a request it already ended is closed by the 400). Never forwarded (§8.1.1)."""
+        answer = error_answer(BadRequest(f"malformed HTTP/2 request: {exc.reason}"))
+        self._refuse(resp, answer, ErrorCodes.PROTOCOL_ERROR)
 
     def _send_body(self, resp: H2Responder, data: bytes, end: bool) -> None:
         """Send what the windows allow; queue the rest on the stream."""
@@ -329,9 +356,9 @@ class Http2Connection(WriteBackpressure):
         self._schedule_flush()
 
     def _stream_done(self, resp: H2Responder) -> None:
-        if resp._rst_after:
+        if resp._rst_code is not None:
             with contextlib.suppress(H2Error):
-                self._h2.reset_stream(resp._sid, ErrorCodes.NO_ERROR)
+                self._h2.reset_stream(resp._sid, resp._rst_code)
         if self._streams.pop(resp._sid, None) is not None:
             self._answered += 1
             self._maybe_idle()

@@ -32,10 +32,11 @@ class H2Responder(Responder):
         "_flow_waiter",
         "_head",
         "_headers",
+        "_length",
         "_method",
         "_path",
         "_pending",
-        "_rst_after",
+        "_rst_code",
         "_sid",
         "_state",
         "_task",
@@ -54,11 +55,12 @@ class H2Responder(Responder):
         self._head = method == b"HEAD"
         self._body: list[bytes] | None = []
         self._body_bytes = 0
+        self._length = -1  # the request's content-length, -1 if none (checked by the connection)
         self._state = NEW
         self._deadline = 0.0
         self._pending: bytearray | None = None
         self._end_pending = False
-        self._rst_after = False
+        self._rst_code: ErrorCodes | None = None  # RST_STREAM after a complete early answer
         self._flow_waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
