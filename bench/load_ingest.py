@@ -552,11 +552,11 @@ def main() -> None:
         f"{'consumer':<34} {'N':>5} {'frames/s':>9} {'cores':>6} {'CPU ms/1000 fr':>15} {'vs base':>8} {'p50 ms':>7} {'p99 ms':>7} {'dropped':>8}"
         f" {'idle cores':>10} {'no-pub cores':>12}"
     )
-    base = rows[0]
+    # "vs base": against the baseline, or with --no-baseline the first control plane of that N.
+    first: dict[int, Row] = {}
     for r in rows:
-        if r.consumer.startswith("baseline"):
-            base = r
-        ratio = r.cpu_ms_per_1000 / base.cpu_ms_per_1000 if base.workers == r.workers else float("nan")
+        base = first.setdefault(r.workers, r)
+        ratio = r.cpu_ms_per_1000 / base.cpu_ms_per_1000
         p50 = "-" if r.p50_ms is None else f"{r.p50_ms:.1f}"
         p99 = "-" if r.p99_ms is None else f"{r.p99_ms:.1f}"
         print(
