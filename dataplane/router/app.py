@@ -26,6 +26,7 @@ from dataplane.router.endpoints import route_name
 from dataplane.router.health import WorkerHealth
 from dataplane.router.late_workers import LateDiscovery, discover_fleet
 from dataplane.router.metrics import RouterMetrics
+from dataplane.router.process_metrics import process_metrics_from_env
 from dataplane.router.proxy import Proxy, ProxyConfig
 from dataplane.router.settings import RouterSettings
 from dataplane.router.state import RouterState
@@ -51,6 +52,8 @@ class Router:
         self.admission = Admission(settings.max_concurrency, settings.queue_size, settings.queue_timeout_s)
         self.balancer: Balancer[Worker] = Balancer(settings.policy, Worker.load)
         self.metrics = RouterMetrics(self.state, self.admission)
+        # Under the --processes supervisor: /metrics answers for every process (process_metrics).
+        self.process_metrics = process_metrics_from_env(self.metrics)
         self.proxy = Proxy(
             self.state,
             self.admission,
@@ -102,6 +105,9 @@ class Router:
             raise StartupError(
                 f"--listen {settings.listen_host}:{settings.listen_port}: {exc.strerror or exc}"
             ) from None
+        if self.process_metrics is not None:
+            await self.process_metrics.start()
+            self.metrics.aggregate = self.process_metrics.render
         return self.server.port
 
     def _count_refusal(self, target: bytes, status: int) -> None:
@@ -113,6 +119,8 @@ class Router:
         if self.server is not None:
             await self.server.drain(self.settings.drain_grace_s if grace_s is None else grace_s)
             self.server = None
+        if self.process_metrics is not None:
+            await self.process_metrics.stop()
         await self.health.stop()
         await self.late.stop()
         await self.state.close()

@@ -4,8 +4,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
+from typing import Any
 
 import msgspec
 
@@ -29,7 +30,8 @@ _OK = b'{"status":"ok"}'
 _MODEL_PREFIX = b"/v1/models/"
 _GET_PATHS = frozenset((b"/v1/models", b"/health", b"/readiness", b"/metrics", b"/contract"))
 
-Answer = Callable[[Responder], int]
+# An answer is given at once (its status), or by a coroutine (/metrics under --processes).
+Answer = Callable[[Responder], int | Coroutine[Any, Any, int]]
 
 
 def error_headers(err: RouterError) -> Headers:
@@ -98,8 +100,15 @@ class Endpoints:
         responder.respond(200, JSON, _encode(body))
         return 200
 
-    def metrics(self, responder: Responder) -> int:
+    def metrics(self, responder: Responder) -> int | Coroutine[Any, Any, int]:
+        aggregate = self._metrics.aggregate
+        if aggregate is not None:  # --processes N: the whole router's metrics (process_metrics)
+            return self._router_metrics(responder, aggregate)
         responder.respond(200, [(b"content-type", METRICS_CONTENT_TYPE)], self._metrics.render())
+        return 200
+
+    async def _router_metrics(self, responder: Responder, aggregate: Callable[[], Awaitable[bytes]]) -> int:
+        responder.respond(200, [(b"content-type", METRICS_CONTENT_TYPE)], await aggregate())
         return 200
 
     def contract(self, responder: Responder) -> int:

@@ -18,7 +18,7 @@ rejection), ``fleetplane_requests_total{route,code}`` (code = HTTP status),
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -89,6 +89,9 @@ class RouterMetrics:
         self.upstream: dict[tuple[str, str, str], int] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
+        # Under ``--processes N``: the whole router's exposition (``process_metrics``), which
+        # ``/metrics`` answers instead of this process's ``render()``.
+        self.aggregate: Callable[[], Awaitable[bytes]] | None = None
 
     def route(self, name: str) -> RouteStats:
         """The cached stats of a route (create once, keep the object on the hot path)."""

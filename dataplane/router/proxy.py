@@ -132,7 +132,10 @@ class Proxy:
             method == b"GET" or method == b"HEAD"  # HEAD: the server sends the head only
         ):
             stats, answer = endpoint
-            status = answer(responder)
+            answered = answer(responder)
+            if not isinstance(answered, int):  # /metrics of a --processes router (process_metrics)
+                return self._answer_later(stats, started, answered)
+            status = answered
         elif method == b"POST" and path.startswith(b"/v1/"):
             stats = self._other_stats
             try:
@@ -151,6 +154,11 @@ class Proxy:
             status = answer_error(responder, RouteNotFound(), _NONE)
         stats.observe(status, perf_counter() - started)
         return None
+
+    async def _answer_later(
+        self, stats: RouteStats, started: float, answer: Coroutine[Any, Any, int]
+    ) -> None:
+        stats.observe(await answer, perf_counter() - started)
 
     def _route(self, target: bytes) -> _Route:
         """Classify a request target (``routes``): canonical path, the target to forward a

@@ -16,7 +16,9 @@ With a control plane, each child reports its status (SPEC §6 ``ReportRouterStat
 rollout view shows one entry per process, and a restarted child takes its slot's id again, with a
 new boot id, so its predecessor's reported counts stay in the totals and none is counted twice.
 Each slot also has a counts file (``counts_journal.py``): the counts a SIGKILLed child had no
-time to report are reported by the slot's next child.
+time to report are reported by the slot's next child. And each child serves its metrics to its
+siblings over a unix socket in the same directory, so that ``/metrics`` on any child answers for
+the whole router, with totals that survive a SIGKILLed child (``process_metrics.py``).
 
 A port of 0 is resolved once here, by binding a SO_REUSEPORT socket that is kept (never listening,
 so it takes no connections) for the supervisor's lifetime: every child, and every restarted child,
@@ -42,6 +44,7 @@ from dataclasses import dataclass
 import structlog
 
 from dataplane.router.counts_journal import COUNTS_FILE_ENV
+from dataplane.router.process_metrics import METRICS_DIR_ENV, METRICS_SLOT_ENV
 
 log = structlog.get_logger(__name__)
 
@@ -131,7 +134,8 @@ class Supervisor:
     ) -> None:
         self._argv = list(argv)  # complete command of one child
         self._router_id = router_id  # None: the children get no --router-id from here
-        # One rejection-counts file per slot, read by the slot's next child (counts_journal.py).
+        # Per slot: a rejection-counts file read by the slot's next child (counts_journal.py), and
+        # the metrics socket and snapshot through which every child answers for all (process_metrics.py).
         self._journal_dir: str | None = None
         self._processes = processes
         self._grace_s = grace_s
@@ -165,6 +169,9 @@ class Supervisor:
             argv = [*argv, "--router-id", slot_router_id(self._router_id, slot)]
         if self._journal_dir is not None:
             env[COUNTS_FILE_ENV] = os.path.join(self._journal_dir, f"slot-{slot}.counts")
+            # Each child serves its metrics to its siblings there (process_metrics.py).
+            env[METRICS_DIR_ENV] = self._journal_dir
+            env[METRICS_SLOT_ENV] = str(slot)
         return await asyncio.create_subprocess_exec(
             *argv, env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
         )
