@@ -3,8 +3,9 @@
 python-h2 validates inbound fields itself but raises every violation as a connection error
 (GOAWAY): one bad request from one client would drop every stream a proxy multiplexes on the
 same connection. RFC 9113 §8.1.1 makes a malformed request a *stream* error, so the server
-turns h2's checks off (``validate_inbound_headers=False`` and ``LenientH2Connection`` for the
-content-length checks h2 has no switch for) and does them here, in one pass over the field list:
+turns h2's checks off (``validate_inbound_headers=False``, and ``LenientH2Connection`` for the
+checks h2 has no switch for: content-length vs DATA, a second header block without END_STREAM)
+and does them here, in one pass over the field list:
 field syntax (§8.2.1), connection-specific fields (§8.2.2), pseudo-headers (§8.3, §8.3.1),
 content-length syntax (RFC 9110 §8.6) and Host (RFC 9110 §7.2). Framing errors (bad HPACK,
 frames on closed streams, flow control) stay connection errors inside h2.
@@ -17,7 +18,9 @@ from collections.abc import Iterable
 from typing import Final
 
 from h2.connection import AllowedStreamIDs, H2Connection
-from h2.stream import H2Stream
+from h2.events import Event
+from h2.stream import H2Stream, StreamState
+from hyperframe.frame import Frame
 
 from dataplane.http.wire import Headers
 
@@ -177,9 +180,27 @@ def check_trailer_fields(fields: Iterable[tuple[bytes, bytes]]) -> None:
             raise MalformedRequest(f"connection-specific field {name!r} in trailers")
 
 
+class MalformedHeaderBlock(Event):
+    """A header block after the request's that does not end the stream (RFC 9113 §8.1: the
+    request is malformed). h2 would raise a connection error; the stream's state is left as it
+    was, for the server to answer 400 and reset the stream."""
+
+    def __init__(self, stream_id: int) -> None:
+        self.stream_id = stream_id
+
+
 class _RequestStream(H2Stream):
     """A stream whose content-length is checked by the server, not by h2: h2 raises a mismatch
-    (and a bad value) as a connection error, RFC 9113 §8.1.1 makes it a stream error."""
+    (and a bad value) as a connection error, RFC 9113 §8.1.1 makes it a stream error. The same
+    for a second header block without END_STREAM."""
+
+    def receive_headers(
+        self, headers: Iterable[tuple[bytes, bytes]], end_stream: bool, header_encoding: bool | str | None
+    ) -> tuple[list[Frame], list[Event]]:
+        machine = self.state_machine
+        if not end_stream and machine.headers_received and machine.state == StreamState.OPEN:
+            return [], [MalformedHeaderBlock(self.stream_id)]
+        return super().receive_headers(headers, end_stream, header_encoding)
 
     def _initialize_content_length(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
         return

@@ -38,6 +38,7 @@ from dataplane.http.backpressure import WriteBackpressure
 from dataplane.http.context import ServerContext, close_idle, set_nodelay, still_draining
 from dataplane.http.h2_fields import (
     LenientH2Connection,
+    MalformedHeaderBlock,
     MalformedRequest,
     check_trailer_fields,
     request_fields,
@@ -134,6 +135,8 @@ class Http2Connection(WriteBackpressure):
                 self._on_window(ev.stream_id)
             elif isinstance(ev, TrailersReceived):
                 self._on_trailers(ev)
+            elif isinstance(ev, MalformedHeaderBlock):
+                self._on_malformed_block(ev.stream_id)
             elif isinstance(ev, StreamReset):
                 if self._on_client_reset(ev.stream_id):
                     return
@@ -232,6 +235,14 @@ class Http2Connection(WriteBackpressure):
             check_trailer_fields(ev.headers)
         except MalformedRequest as exc:
             self._malformed(resp, exc)
+
+    def _on_malformed_block(self, sid: int) -> None:
+        resp = self._streams.get(sid)
+        if resp is None:
+            with contextlib.suppress(H2Error):
+                self._h2.reset_stream(sid, ErrorCodes.PROTOCOL_ERROR)
+        elif resp._body is not None:  # else already refused: its reset follows the answer
+            self._malformed(resp, MalformedRequest("header block without END_STREAM after the request's"))
 
     def _on_client_reset(self, sid: int) -> bool:
         """A client RST_STREAM; True if the connection was closed for abusing them.

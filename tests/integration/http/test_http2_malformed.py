@@ -189,6 +189,35 @@ async def test_malformed_trailers_are_a_stream_error(trailers: Fields) -> None:
         await client.close()
 
 
+async def test_header_block_without_end_stream_after_the_request_is_a_stream_error() -> None:
+    """A second HEADERS without END_STREAM (RFC 9113 §8.1) gets 400 + RST_STREAM(PROTOCOL_ERROR); the
+    client's further frames on that stream, even a third block, leave the connection alone."""
+    seen.clear()
+    async with serving(echo) as server:
+        client = await _open_raw(server.port)
+        before = client.request(b"POST", b"/slow", b"b")
+        sid = _send(client, [M, P, S, A], end=False)
+        client.conn.send_data(sid, b"body")
+        client.flush()
+        # Frames h2's client state machine refuses to build: trailers that do not end the stream,
+        # a third block, then more DATA.
+        from hyperframe.frame import DataFrame, HeadersFrame
+
+        blocks = []
+        for fields in ([(b"x-t", b"1")], [(b"x-u", b"2")]):
+            block = HeadersFrame(sid)
+            block.data = client.conn.encoder.encode(fields)
+            block.flags.add("END_HEADERS")
+            blocks.append(block.serialize())
+        more = DataFrame(sid)
+        more.data = b"late"
+        client.writer.write(b"".join(blocks) + more.serialize())
+        after = client.request(b"POST", b"/ok", b"a")
+        await _assert_malformed(client, sid, ErrorCodes.PROTOCOL_ERROR)
+        await _around(client, before, after)
+        await client.close()
+
+
 async def test_valid_trailers_are_accepted() -> None:
     """Ordinary trailers (lower-case names, no pseudo-headers) leave the request served."""
     seen.clear()
