@@ -60,6 +60,10 @@ carry the same envelope and ``x-router-error-code``: 400 ``bad_request`` (malfor
 Content-Length with Transfer-Encoding, bad chunking), 413 ``payload_too_large`` (before the
 body is buffered), 431 and 408 (``bad_request`` code) for oversized headers and requests that
 do not arrive within ``read_timeout_s``. HTTP/1.1 connections close after such a refusal.
+On h2 a malformed request (RFC 9113 §8.1.1: invalid or connection-specific fields, missing,
+duplicated or misplaced pseudo-headers, DATA that contradicts content-length, bad trailers) is
+a stream error: 400 ``bad_request``, then RST_STREAM(PROTOCOL_ERROR) while the client is still
+sending; the connection and its other streams go on (``dataplane.http.h2_fields``).
 """
 
 from __future__ import annotations
