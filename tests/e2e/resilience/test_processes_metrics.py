@@ -45,13 +45,18 @@ def supervised(processes: int, sim: EngineSim) -> Iterator[tuple[RouterProcess, 
 
 def scrape(port: int) -> Samples:
     """One ``GET /metrics`` on a fresh connection, parsed by prometheus-client's parser."""
+    return samples(scrape_text(port))
+
+
+def scrape_text(port: int) -> str:
+    """The body of one ``GET /metrics`` on a fresh connection."""
     for _ in range(50):  # a connection queued at a child just killed is reset: try again
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         try:
             conn.request("GET", "/metrics")
             resp = conn.getresponse()
             assert resp.status == 200
-            return samples(resp.read().decode())
+            return resp.read().decode()
         except ConnectionError:
             time.sleep(0.02)
         finally:
@@ -137,17 +142,19 @@ def test_totals_never_go_backwards_when_a_child_is_killed() -> None:
         assert all(n > 0 for n in before)
         victim = children_of(router.pid)[0]
         os.kill(victim, signal.SIGKILL)
-        seen = []
+        seen, live = [], []
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             m = scrape(router.port)
             seen.append(total(m, "fleetplane_requests_total", route=CHAT))
+            live.append(total(m, "fleetplane_router_processes_live"))
             assert total(m, "fleetplane_sampling_contract_rejections_total") == 6
             if len(children_of(router.pid)) == 2 and total(m, "fleetplane_router_processes_live") == 2:
                 break
             time.sleep(0.02)
         assert victim not in children_of(router.pid)
         assert seen and all(n == 36 for n in seen)
+        assert 1 in live  # scrapes while the victim restarted: its counts came from its snapshot
         send(router.port, ok=10, refused=2)
         for _ in range(5):
             m = scrape(router.port)
@@ -164,8 +171,9 @@ def test_scrape_of_four_processes_is_fast() -> None:
         took = []
         for _ in range(15):
             started = time.perf_counter()
-            m = scrape(router.port)
+            text = scrape_text(router.port)
             took.append(time.perf_counter() - started)
+            m = samples(text)
             assert total(m, "fleetplane_requests_total", route=CHAT) == 24
             assert total(m, "fleetplane_router_processes_live") == 4
         assert statistics.median(took) < 0.05, took
