@@ -250,3 +250,18 @@ async def test_framing_errors_stay_connection_errors() -> None:
         assert client.terminated is not None
         assert client.terminated.error_code in (ErrorCodes.STREAM_CLOSED, ErrorCodes.PROTOCOL_ERROR)
         await client.close()
+
+
+async def test_content_length_of_thousands_of_digits_is_413() -> None:
+    """A 5000-digit content-length is refused with 413 on its stream; the connection goes on."""
+    seen.clear()
+    async with serving(echo) as server:
+        client = await _open_raw(server.port)
+        sid = _send(client, [M, P, S, A, (b"content-length", b"9" * 5000)], end=False)
+        after = client.request(b"POST", b"/ok", b"a")
+        st = await client.response(sid)
+        assert st.status == 413
+        ok = await client.response(after)
+        assert (ok.status, bytes(ok.body)) == (200, b"/ok a")
+        assert client.terminated is None
+        await client.close()

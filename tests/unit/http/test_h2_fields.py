@@ -132,3 +132,12 @@ def test_lenient_connection_leaves_content_length_to_the_server() -> None:
     assert ("StreamEnded", 1) in kinds
     assert ("RequestReceived", 3) in kinds
     assert not any(isinstance(e, h2.events.ConnectionTerminated) for e in events)
+
+
+@pytest.mark.parametrize(
+    ("value", "length"),
+    [(b"0" * 30 + b"7", 7), (b"9" * 5000, h2_fields._HUGE), (b"123456789012345678", 123456789012345678)],
+)
+def test_long_content_length_values(value: bytes, length: int) -> None:
+    """Leading zeros are digits; a value of thousands of digits is huge, never an int() error."""
+    assert request_fields([*BASE, (b"content-length", value)])[3] == length
