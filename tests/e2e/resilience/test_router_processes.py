@@ -46,6 +46,8 @@ def test_crashed_child_is_restarted_and_port_keeps_serving() -> None:
         router = RouterProcess("--processes", "2", "--worker", sim.url).start()
         try:
             assert wait_for(lambda: len(children_of(router.pid)) == 2, timeout_s=30)
+            # Both listening before the kill: a child killed while starting prints no line of its own.
+            assert wait_for(lambda: sum("router listening" in line for line in router.output) == 2, 40)
             victim = children_of(router.pid)[0]
             os.kill(victim, signal.SIGKILL)
             assert wait_for(
