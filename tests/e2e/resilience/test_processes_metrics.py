@@ -17,6 +17,8 @@ from collections.abc import Iterator
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.e2e.fleet.conftest import fleetplane
+from tests.fakes.control_plane import ControlPlaneProcess
 from tests.fakes.engine_sim import EngineSim
 from tests.fakes.router import RouterProcess
 
@@ -28,12 +30,14 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 @contextlib.contextmanager
-def supervised(processes: int, sim: EngineSim) -> Iterator[tuple[RouterProcess, str]]:
-    """A ``--processes`` router whose slot directory is findable: (router, its slot directory)."""
+def supervised(processes: int, sim: EngineSim | None, *flags: str) -> Iterator[tuple[RouterProcess, str]]:
+    """A ``--processes`` router (standalone on ``sim`` with ``CONTRACT``, or ``flags``) whose slot
+    directory is findable: (router, its slot directory)."""
     tmp = tempfile.mkdtemp(prefix="fp-")  # short: unix socket paths are limited to 107 bytes
     env = {**os.environ, "TMPDIR": tmp}
-    flags = ("--processes", str(processes), "--worker", sim.url, "--override-sampling-params", CONTRACT)
-    router = RouterProcess(*flags, env=env).start()
+    if sim is not None:
+        flags = ("--worker", sim.url, "--override-sampling-params", CONTRACT, *flags)
+    router = RouterProcess("--processes", str(processes), *flags, env=env).start()
     try:
         assert wait_for(lambda: sum("router listening" in x for x in router.output) == processes, 40)
         (slot_dir,) = glob.glob(os.path.join(tmp, "fleetplane-router-*"))
@@ -177,3 +181,21 @@ def test_scrape_of_four_processes_is_fast() -> None:
             assert total(m, "fleetplane_requests_total", route=CHAT) == 24
             assert total(m, "fleetplane_router_processes_live") == 4
         assert statistics.median(took) < 0.05, took
+
+
+def test_with_a_control_plane_the_revision_is_the_one_every_child_applied() -> None:
+    """Every scrape shows the router connected, the revision all its processes apply, all rejections."""
+    with ControlPlaneProcess() as cp, EngineSim() as sim:
+        fleetplane(cp.target, "workers", "add", sim.url)
+        fleetplane(cp.target, "contract", "set", "--scope", "*", CONTRACT)
+        with supervised(2, None, "--control-plane", cp.target) as (router, _):
+            assert wait_for(lambda: total(scrape(router.port), "fleetplane_contract_revision") >= 1, 20)
+            revision = json.loads(router.get("/contract")[2])["revision"]
+            fleetplane(cp.target, "contract", "set", "--scope", "*", '{"temperature": 0.25}')
+            assert wait_for(lambda: total(scrape(router.port), "fleetplane_contract_revision") > revision, 20)
+            send(router.port, ok=0, refused=12)
+            for _ in range(6):
+                m = scrape(router.port)
+                assert total(m, "fleetplane_contract_revision") == revision + 1
+                assert total(m, "fleetplane_control_plane_connected") == 1
+                assert total(m, "fleetplane_sampling_contract_rejections_total", scope="*") == 12
