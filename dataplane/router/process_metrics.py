@@ -39,7 +39,6 @@ from dataplane.router.metrics_merge import ExpositionError, MergedFamilies, Wire
 METRICS_DIR_ENV = "FLEETPLANE_ROUTER_METRICS_DIR"
 METRICS_SLOT_ENV = "FLEETPLANE_ROUTER_METRICS_SLOT"
 FETCH_TIMEOUT_S = 0.25
-_MAX_EXPOSITION = 16 << 20
 _SLOT_FILE = re.compile(r"slot-(\d+)\.(?:sock|metrics)")
 _SUN_PATH_MAX = 107  # sockaddr_un.sun_path holds 108 bytes, NUL included
 
@@ -125,7 +124,7 @@ class ProcessMetrics:
         try:
             async with asyncio.timeout(FETCH_TIMEOUT_S):
                 reader, writer = await asyncio.open_unix_connection(socket_path(self._directory, slot))
-                return await reader.read(_MAX_EXPOSITION)
+                return await reader.read()  # to EOF: the sibling closes after its answer
         except (OSError, TimeoutError):
             return None
         finally:

@@ -136,3 +136,15 @@ async def test_a_stuck_child_costs_at_most_the_fetch_timeout(
         server.close()
         await server.wait_closed()
         os.unlink(socket_path(slot_dir, 1))
+
+
+async def test_a_large_sibling_exposition_arrives_whole(slot_dir: str, started: list[ProcessMetrics]) -> None:
+    """A sibling with thousands of series (hundreds of KB) is merged in full, not as a first chunk."""
+    big = router_metrics(1)
+    for n in range(3000):
+        big.upstream_outcome(f"http://10.0.{n // 250}.{n % 250}:8000", "http1", "ok")
+    first = await start(started, router_metrics(1), slot_dir, 0)
+    await start(started, big, slot_dir, 1)
+    found = scraped(await first.render())
+    assert found["fleetplane_router_processes_live[]"] == 2
+    assert sum(v for k, v in found.items() if k.startswith("fleetplane_upstream_requests_total")) == 3000
