@@ -1,12 +1,15 @@
 """Load ingest: control-plane CPU per 1000 frames and publish -> WatchLoads latency (SPEC §6, §7).
 
 N simulated schedulers (one ZMQ PUB socket each, several per process, in ``--procs``
-processes) each publish ``--rate`` frames/s. Two consumers take the same frames in turn:
+processes) each publish ``--rate`` frames/s. The consumers take the same frames in turn:
 
 * baseline: a bare subscriber process, one ``zmq.asyncio`` task per socket doing only
   ``recv_multipart`` + ``decode_frame`` (sgl-router's task-per-socket design, nothing else);
 * fleetplane: ``python -m controlplane`` with the N workers registered (explicit load
-  endpoints), the full ingest (table, freshness, hub) and one WatchLoads client.
+  endpoints), the full ingest (table, freshness, hub) and one WatchLoads client; once per
+  ``--ingest`` entry, against the same publishers: ``zmtp`` (the product's ingest) and
+  ``libzmq`` (the same control plane with libzmq SUB sockets read in batches,
+  ``controlplane/load/libzmq_subscriber.py``: the same-run justification of the ZMTP one).
 
 CPU is read from ``/proc`` (all threads, ``bench/loadgen.cpu_seconds``) over the same window
 length. Latency: each frame carries a per-socket counter in ``num_tokens``; the publisher logs
@@ -15,6 +18,7 @@ counter (or a newer one of that worker) first appears in the stream; latency = s
 
     .venv/bin/python bench/load_ingest.py                  # N = 100 and 1000, 8 s windows
     .venv/bin/python bench/load_ingest.py --workers 1000 --seconds 5
+    .venv/bin/python bench/load_ingest.py --seconds 5 --ingest zmtp libzmq zmtp libzmq   # interleaved
 
 After the window, the control plane's idle CPU: with every publisher connected but silent
 ("idle cores", after every rank went STALE) and with every publisher gone, each rank

@@ -1,12 +1,17 @@
 """ZMTP 3.0 as a SUB peer speaks it (pure): greeting, NULL handshake, frames (RFC 23/ZMTP).
 
-The ingest reads its publishers' TCP streams itself instead of through libzmq: at a
-thousand publishers each frame arrives alone on its connection, and libzmq's path for
-one frame (its I/O thread reads it, signals the socket's mailbox; the application polls
-and reads the mailbox, then pyzmq's three receive calls) cost ~45 µs of CPU per frame,
-where one ``recv`` of the TCP stream and the parser below cost a few
-(``bench/load_ingest.py``, bench/README.md). Only what a SUB needs is here: the NULL
-mechanism (SGLang's publisher uses no security), the subscription, and answers to PINGs.
+The ingest reads its publishers' TCP streams itself instead of through libzmq, because
+of a same-run measurement (``bench/load_ingest.py --ingest zmtp libzmq``, bench/README.md)
+against the best libzmq design we have: SUB sockets read in batches by the same drain
+before each push (``libzmq_subscriber.py``: one ``zmq_poll`` per drain, then
+``recv(copy=False)`` until ``ZMQ_EVENTS`` says empty, no exceptions). At 1000 publishers x
+20 frames/s it cost 1.3-1.8x the CPU per frame of this ingest (median 1.45x over six
+pairs: 34-45 against 23-29 µs) with 2-3x the p99 (320-660 against 165-220 ms); at 100
+publishers 1.5-1.8x (70-81 against 43-46 µs, p99 alike). The difference is mostly
+libzmq's I/O thread (0.38 core at 20 000 frames/s): each frame arrives alone on its
+connection, so for each one it wakes, reads it and signals the socket's mailbox; the main
+thread costs about the same either way. Only what a SUB needs is here: the NULL mechanism
+(SGLang's publisher uses no security), the subscription, and answers to PINGs.
 
 We announce version 3.0, so a libzmq 4.x publisher takes subscriptions as messages
 (``0x01`` + topic) rather than the 3.1 SUBSCRIBE command (RFC 23 and libzmq's
