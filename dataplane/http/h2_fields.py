@@ -20,6 +20,7 @@ from typing import Final
 from h2.connection import AllowedStreamIDs, H2Connection
 from h2.events import Event
 from h2.stream import H2Stream, StreamState
+from h2.utilities import is_informational_response
 from hyperframe.frame import Frame
 
 from dataplane.http.wire import Headers
@@ -205,6 +206,11 @@ class _RequestStream(H2Stream):
         machine = self.state_machine
         if not end_stream and machine.headers_received and machine.state == StreamState.OPEN:
             return [], [MalformedHeaderBlock(self.stream_id)]
+        if is_informational_response(headers):
+            # ":status: 1xx" in a request: h2 would take the block for an informational response
+            # and fail the connection. Hidden from that test, it arrives as a request (or
+            # trailers) with a :status field, which the server rejects as malformed.
+            headers = [(n, b"x" + v if n == b":status" else v) for n, v in headers]
         return super().receive_headers(headers, end_stream, header_encoding)
 
     def _initialize_content_length(self, headers: Iterable[tuple[bytes, bytes]]) -> None:

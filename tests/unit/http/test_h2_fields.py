@@ -141,3 +141,25 @@ def test_lenient_connection_leaves_content_length_to_the_server() -> None:
 def test_long_content_length_values(value: bytes, length: int) -> None:
     """Leading zeros are digits; a value of thousands of digits is huge, never an int() error."""
     assert request_fields([*BASE, (b"content-length", value)])[3] == length
+
+
+def test_request_with_informational_status_arrives_as_a_malformed_request() -> None:
+    """A request block led by ":status: 100" is not taken for a response (h2's connection error):
+    it arrives as a request that request_fields rejects."""
+    from hpack import Encoder
+    from hyperframe.frame import HeadersFrame
+
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    frame = HeadersFrame(1)
+    frame.data = Encoder().encode([(b":status", b"100"), *BASE])
+    frame.flags.add("END_HEADERS")
+    frame.flags.add("END_STREAM")
+    server = LenientH2Connection(
+        h2.config.H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=False)
+    )
+    server.initiate_connection()
+    events = server.receive_data(client.data_to_send() + frame.serialize())
+    [request] = [e for e in events if isinstance(e, h2.events.RequestReceived)]
+    with pytest.raises(MalformedRequest, match="pseudo-header"):
+        request_fields(request.headers)
