@@ -91,8 +91,10 @@ class ProcessMetrics:
     async def render(self) -> bytes:
         """The exposition of the whole router: this child's and every sibling's, merged."""
         siblings = sorted(self._sibling_slots())
-        answers = await asyncio.gather(*(self._fetch(slot) for slot in siblings))
+        fetches = [asyncio.ensure_future(self._fetch(slot)) for slot in siblings]
+        await asyncio.sleep(0)  # the requests go out; this child's own part is made meanwhile
         merged = self.local()
+        answers = await asyncio.gather(*fetches)
         live = 1
         for slot, answer in zip(siblings, answers, strict=True):
             families = _decode_or_none(answer, slot) if answer else None
