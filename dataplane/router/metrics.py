@@ -13,6 +13,9 @@ rejection), ``fleetplane_requests_total{route,code}`` (code = HTTP status),
 ``fleetplane_upstream_requests_total{worker,protocol,outcome}``, ``fleetplane_worker_inflight{worker}``,
 ``fleetplane_admission_queue_depth``, ``fleetplane_contract_revision``,
 ``fleetplane_control_plane_connected``.
+
+Under ``--processes N`` every child's ``/metrics`` answers for the whole router: its siblings'
+families are gathered at scrape time and merged (``process_metrics``, ``metrics_merge``).
 """
 
 from __future__ import annotations
