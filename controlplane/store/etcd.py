@@ -45,7 +45,8 @@ from controlplane.store.etcd_client import (
     prefix_end,
     put,
 )
-from controlplane.store.model import EMPTY_SNAPSHOT, ChangeKind, ContractVersion, HistoryPage, Snapshot
+from controlplane.store.model import ChangeKind, ContractVersion, HistoryPage, Snapshot
+from controlplane.store.published import PublishedSnapshots
 
 log = structlog.get_logger(__name__)
 
@@ -99,17 +100,16 @@ def decode_version(raw: bytes) -> ContractVersion:
     )
 
 
-class EtcdStore:
+class EtcdStore(PublishedSnapshots):
     """``Store`` on etcd; ``client`` is shared with the worker registry and router stats."""
 
     def __init__(self, location: EtcdLocation) -> None:
+        super().__init__()
         self.client = EtcdClient(location)
         self._revision_key = self.client.key("contracts", "revision")
         self._heads_prefix = self.client.key("contracts", "head", "")
         self._watch_prefix = self.client.key("contracts", "")
         self._heads: dict[str, ContractVersion] = {}
-        self._published = EMPTY_SNAPSHOT
-        self._changed = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
@@ -124,23 +124,6 @@ class EtcdStore:
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
         await self.client.close()
-
-    def snapshot(self) -> Snapshot:
-        return self._published
-
-    async def wait_for_change(self, after_revision: int) -> Snapshot:
-        while self._published.revision <= after_revision:
-            await self._changed.wait()
-        return self._published
-
-    async def get(self, scope: str) -> ContractVersion:
-        found = self._published.contracts.get(scope)
-        if found is None:
-            raise NotFound(f"scope {scope!r} has no contract", field="scope")
-        return found
-
-    async def list(self) -> Snapshot:
-        return self._published
 
     async def update(
         self,
@@ -299,9 +282,7 @@ class EtcdStore:
             if old is None or v.revision > old.revision:
                 self._heads[v.scope] = v
         if revision > self._published.revision:
-            self._published = Snapshot.of(revision, list(self._heads.values()))
-            self._changed.set()
-            self._changed = asyncio.Event()
+            self._publish(Snapshot.of(revision, list(self._heads.values())))
 
     async def _resync(self) -> int:
         """Read the counter and every head at one etcd revision; returns that revision."""

@@ -32,6 +32,7 @@ from controlplane.store.model import (
     HistoryPage,
     Snapshot,
 )
+from controlplane.store.published import PublishedSnapshots
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -77,14 +78,13 @@ def next_revision(conn: sqlite3.Connection) -> int:
     return int(revision)
 
 
-class SqliteStore:
+class SqliteStore(PublishedSnapshots):
     """``Store`` on SQLite; ``database`` is shared with other tables in the same file."""
 
     def __init__(self, path: Path) -> None:
+        super().__init__()  # the published snapshot: touched only on the event loop
         self.database = SqliteDatabase(path)
         self._committed = EMPTY_SNAPSHOT  # touched only on the database thread
-        self._published = EMPTY_SNAPSHOT  # touched only on the event loop
-        self._changed = asyncio.Event()
 
     @property
     def path(self) -> Path:
@@ -96,23 +96,6 @@ class SqliteStore:
 
     async def close(self) -> None:
         await self.database.close()
-
-    def snapshot(self) -> Snapshot:
-        return self._published
-
-    async def wait_for_change(self, after_revision: int) -> Snapshot:
-        while self._published.revision <= after_revision:
-            await self._changed.wait()
-        return self._published
-
-    async def get(self, scope: str) -> ContractVersion:
-        found = self._published.contracts.get(scope)
-        if found is None:
-            raise NotFound(f"scope {scope!r} has no contract", field="scope")
-        return found
-
-    async def list(self) -> Snapshot:
-        return self._published
 
     async def update(
         self,
@@ -276,9 +259,3 @@ class SqliteStore:
         # Shielded: a client that cancels mid-write must not leave the committed change
         # unpublished to watchers.
         return await asyncio.shield(commit_and_publish())
-
-    def _publish(self, snapshot: Snapshot) -> None:
-        if snapshot.revision > self._published.revision:
-            self._published = snapshot
-            self._changed.set()
-            self._changed = asyncio.Event()
