@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from tests.fakes.control_plane import ROOT, ControlPlaneProcess
+from tests.fakes.pki import make_pki
 
 
 @pytest.fixture
@@ -49,59 +50,7 @@ def fleetplane(
     )
 
 
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
 @pytest.fixture
 def pki(tmp_path: Path) -> Path:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA."""
-    d = tmp_path / "pki"
-    d.mkdir()
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=audit-ca",
-        "-keyout",
-        str(d / "ca.key"),
-        "-out",
-        str(d / "ca.pem"),
-    )
-    for name, ext in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
-        _openssl(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            f"/CN={name}",
-            "-keyout",
-            str(d / f"{name}.key"),
-            "-out",
-            str(d / f"{name}.csr"),
-        )
-        (d / f"{name}.ext").write_text(ext + "\n")
-        _openssl(
-            "x509",
-            "-req",
-            "-in",
-            str(d / f"{name}.csr"),
-            "-CA",
-            str(d / "ca.pem"),
-            "-CAkey",
-            str(d / "ca.key"),
-            "-CAcreateserial",
-            "-days",
-            "1",
-            "-extfile",
-            str(d / f"{name}.ext"),
-            "-out",
-            str(d / f"{name}.pem"),
-        )
-    return d
+    """A CA, a server certificate for 127.0.0.1/localhost and a client certificate."""
+    return make_pki(tmp_path / "pki")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from pathlib import Path
 
 import grpc
@@ -16,6 +15,7 @@ from controlplane.contracts import contract_to_proto_params, parse_contract_json
 from controlplane.settings import ControlSettings, SettingsError
 from controlplane.v1 import contract_pb2 as pb
 from controlplane.v1 import contract_pb2_grpc
+from tests.fakes.pki import make_pki
 
 TOKENS = {
     "ops": {"token": "admin-secret-123", "role": "admin"},
@@ -149,65 +149,10 @@ async def test_a_bad_tokens_file_refuses_to_start_naming_the_flag(
     assert "same" not in str(info.value).replace("same token", "")
 
 
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
 @pytest.fixture
 def pki(tmp_path: Path) -> Path:
     """A CA, a server certificate for 127.0.0.1/localhost and a client certificate."""
-    d = tmp_path / "pki"
-    d.mkdir()
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=test-ca",
-        "-keyout",
-        str(d / "ca.key"),
-        "-out",
-        str(d / "ca.pem"),
-    )
-    for name, ext in (
-        ("server", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
-        ("client", "extendedKeyUsage=clientAuth"),
-    ):
-        _openssl(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            f"/CN={name}",
-            "-keyout",
-            str(d / f"{name}.key"),
-            "-out",
-            str(d / f"{name}.csr"),
-        )
-        (d / f"{name}.ext").write_text(ext + "\n")
-        _openssl(
-            "x509",
-            "-req",
-            "-in",
-            str(d / f"{name}.csr"),
-            "-CA",
-            str(d / "ca.pem"),
-            "-CAkey",
-            str(d / "ca.key"),
-            "-CAcreateserial",
-            "-days",
-            "1",
-            "-extfile",
-            str(d / f"{name}.ext"),
-            "-out",
-            str(d / f"{name}.pem"),
-        )
-    return d
+    return make_pki(tmp_path / "pki")
 
 
 async def test_tls_and_mtls(control_plane_factory, pki):
