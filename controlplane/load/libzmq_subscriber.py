@@ -20,7 +20,6 @@ leaves this module.
 
 from __future__ import annotations
 
-import asyncio
 import selectors
 import time
 from collections.abc import Callable, Sequence
@@ -30,7 +29,8 @@ import structlog
 import zmq
 
 from controlplane.load import metrics
-from controlplane.load.subscriber import BATCH_BUDGET, DRAIN_BUDGET, MAX_MESSAGE_BYTES, TICK_S, SubscribeError
+from controlplane.load.batches import BATCH_BUDGET, BatchReader
+from controlplane.load.subscriber import MAX_MESSAGE_BYTES, TICK_S, SubscribeError
 from controlplane.load.table import FrameOutcome, LoadTable, RankState
 from controlplane.load.wire import WireError, decode_frame
 
@@ -60,7 +60,7 @@ class _Subscription:
     closed: bool = False
 
 
-class LibzmqSubscriber:
+class LibzmqSubscriber(BatchReader):
     """Owns the ZMQ context and every SUB socket; feeds frames into ``table``.
 
     ``on_change`` is called (synchronously, cheaply) when frames are waiting and after
@@ -76,22 +76,14 @@ class LibzmqSubscriber:
         tick_s: float = TICK_S,
         rcvhwm: int = RCVHWM,
     ) -> None:
+        super().__init__(on_change, clock=clock, tick_s=tick_s)
         self._table = table
-        self._on_change = on_change
-        self._clock = clock
-        self._tick_s = tick_s
         self._rcvhwm = rcvhwm
-        self._loop = asyncio.get_running_loop()
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context(io_threads=1)
         self._ctx.set(zmq.MAX_SOCKETS, MAX_SOCKETS)
         self._subs: dict[str, list[_Subscription]] = {}
         self._by_socket: dict[zmq.Socket[bytes], _Subscription] = {}
         self._poll_items: list[tuple[zmq.Socket[bytes], int]] = []
-        self._selector = selectors.DefaultSelector()
-        self._batch: asyncio.Handle | None = None
-        self._last_batch = float("-inf")
-        self._watching = False
-        self._closed = False
         self._watch()
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -130,13 +122,8 @@ class LibzmqSubscriber:
     def close(self) -> None:
         for url in list(self._subs):
             self.unsubscribe(url)
-        self._unwatch()
-        if self._batch is not None:
-            self._batch.cancel()
-            self._batch = None
-        self._selector.close()
+        self._stop_batching()
         self._ctx.destroy(linger=0)
-        self._closed = True
 
     def _open(self, rank: RankState, topic: bytes) -> _Subscription:
         sock: zmq.Socket[bytes] = self._ctx.socket(zmq.SUB)
@@ -174,44 +161,10 @@ class LibzmqSubscriber:
         del self._by_socket[sub.sock]
         sub.sock.close(linger=0)
 
-    # -- wakeups ------------------------------------------------------------------------
-
-    def _watch(self) -> None:
-        if not self._watching:
-            self._loop.add_reader(self._selector.fileno(), self._on_signal)
-            self._watching = True
-
-    def _unwatch(self) -> None:
-        if self._watching:
-            self._loop.remove_reader(self._selector.fileno())
-            self._watching = False
-
-    def drain(self) -> None:
-        """Read now everything that has arrived (before a push or a GetLoads answer)."""
-        if self._closed:
-            return
-        if self._batch is not None:
-            self._batch.cancel()
-        self._run_batch(DRAIN_BUDGET)
-
-    def _on_signal(self) -> None:
-        # As the ZMTP ingest: stop watching until the batch has run, at most one batch per
-        # tick, a frame after a quiet spell read at once.
-        self._unwatch()
-        self._on_change()
-        if self._batch is None:
-            wait_s = self._last_batch + self._tick_s - self._loop.time()
-            if wait_s > 0:
-                self._batch = self._loop.call_later(wait_s, self._run_batch)
-            else:
-                self._batch = self._loop.call_soon(self._run_batch)
-
     # -- the hot path -------------------------------------------------------------------
 
     def _run_batch(self, budget: int = BATCH_BUDGET) -> None:
-        self._batch = None
-        self._last_batch = self._loop.time()
-        now = self._clock()
+        now = self._batch_started()
         handled = 0
         ready: list[tuple[zmq.Socket[bytes], int]]
         try:

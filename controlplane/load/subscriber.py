@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import structlog
 
 from controlplane.load import metrics
+from controlplane.load.batches import BATCH_BUDGET, BatchReader
 from controlplane.load.table import FrameOutcome, LoadTable, RankState
 from controlplane.load.wire import WireError, decode_frame
 from controlplane.load.zmtp import (
@@ -71,10 +72,6 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 TICK_S = 0.005
 # One read per ready socket per batch: ~400 frames, so a backlog is read in a few turns.
 RECV_BYTES = 16 * 1024
-# Frames accounted per batch (one event-loop callback, a few ms) before the rest waits for
-# the next turn, so gRPC and the watch pushes run in between while a backlog is worked off.
-BATCH_BUDGET = 1000
-DRAIN_BUDGET = 20 * BATCH_BUDGET  # a drain before a push: one frame of each of 20 000 ranks
 # Reconnect backoff as in sgl-router's subscriber (libzmq's RECONNECT_IVL, _MAX).
 RECONNECT_IVL_S = 0.1
 RECONNECT_IVL_MAX_S = 2.0
@@ -128,7 +125,7 @@ def parse_endpoint(endpoint: str) -> tuple[str, int, int]:
     return host, int(port_text), socket.AF_INET
 
 
-class LoadSubscriber:
+class LoadSubscriber(BatchReader):
     """Owns every rank connection; feeds frames into ``table``.
 
     ``on_change`` is called (synchronously, cheaply) when frames are waiting and after
@@ -144,18 +141,10 @@ class LoadSubscriber:
         clock: Callable[[], float] = time.monotonic,
         tick_s: float = TICK_S,
     ) -> None:
+        super().__init__(on_change, clock=clock, tick_s=tick_s)
         self._table = table
-        self._on_change = on_change
-        self._clock = clock
-        self._tick_s = tick_s
-        self._loop = asyncio.get_running_loop()
         self._links: dict[str, list[_Link]] = {}
-        self._selector = selectors.DefaultSelector()
-        self._batch: asyncio.Handle | None = None
-        self._last_batch = float("-inf")
         self._unread: list[tuple[selectors.SelectorKey, int]] = []
-        self._watching = False
-        self._closed = False
         self._watch()
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -193,12 +182,7 @@ class LoadSubscriber:
     def close(self) -> None:
         for url in list(self._links):
             self.unsubscribe(url)
-        self._unwatch()
-        if self._batch is not None:
-            self._batch.cancel()
-            self._batch = None
-        self._selector.close()
-        self._closed = True
+        self._stop_batching()
 
     # -- connecting ---------------------------------------------------------------------
 
@@ -338,47 +322,10 @@ class LoadSubscriber:
         if link.lost is not None and not link.lost.done():
             link.lost.set_result(None)
 
-    # -- wakeups ------------------------------------------------------------------------
-
-    def _watch(self) -> None:
-        if not self._watching:
-            self._loop.add_reader(self._selector.fileno(), self._on_signal)
-            self._watching = True
-
-    def _unwatch(self) -> None:
-        if self._watching:
-            self._loop.remove_reader(self._selector.fileno())
-            self._watching = False
-
-    def drain(self) -> None:
-        """Read now everything that has arrived (before a push or a GetLoads answer)."""
-        if self._closed:
-            return
-        if self._batch is not None:
-            self._batch.cancel()
-        # A push encodes every worker that changed anyway: a budget-sized batch here would
-        # leave the frames past the budget for the next push (one interval late).
-        self._run_batch(DRAIN_BUDGET)
-
-    def _on_signal(self) -> None:
-        # Stop watching until the batch has run: the signals until then cost nothing (the
-        # selector keeps them, level-triggered) and are read together. At most one batch
-        # per tick, but a frame after a quiet spell is read at once (no added latency).
-        self._unwatch()
-        self._on_change()
-        if self._batch is None:
-            wait_s = self._last_batch + self._tick_s - self._loop.time()
-            if wait_s > 0:
-                self._batch = self._loop.call_later(wait_s, self._run_batch)
-            else:
-                self._batch = self._loop.call_soon(self._run_batch)
-
     # -- the hot path -------------------------------------------------------------------
 
     def _run_batch(self, budget: int = BATCH_BUDGET) -> None:
-        self._batch = None
-        self._last_batch = self._loop.time()
-        now = self._clock()
+        now = self._batch_started()
         handled = 0
         # Sockets a budget left unread last time go first (the selector would report them
         # in the same order again: those at the end would starve while a backlog lasts).
