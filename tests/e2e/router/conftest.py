@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,3 +59,28 @@ def error_of(status: int, headers: dict[str, str], body: bytes) -> tuple[int, st
     assert err["type"] == ("invalid_request_error" if status < 500 else "server_error")
     assert headers.get("x-router-error-code") == err["code"]
     return status, err["code"], err
+
+
+def send_raw_chat(host: str, port: int, body: dict[str, object]) -> socket.socket:
+    """POST ``body`` to /v1/chat/completions on a fresh raw HTTP/1.1 connection; the socket to read."""
+    payload = json.dumps(body).encode()
+    sock = socket.create_connection((host, port))
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(payload), payload)
+    )
+    return sock
+
+
+def read_json_answer(sock: socket.socket, timeout_s: float = 10.0) -> tuple[bytes, bytes]:
+    """Read one answer with a JSON body (until its closing brace or EOF); (head, body). Closes ``sock``."""
+    sock.settimeout(timeout_s)
+    data = b""
+    while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    sock.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head, body

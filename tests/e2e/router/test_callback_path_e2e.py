@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.router.conftest import MODEL, chat, error_of, post
+from tests.e2e.router.conftest import MODEL, chat, error_of, post, read_json_answer, send_raw_chat
 from tests.fakes.engine_sim import EngineSim, wait_until
 from tests.fakes.router import RouterProcess, series
 
@@ -33,13 +33,7 @@ def _warm(router: RouterProcess) -> None:
 
 
 def _send_raw(router: RouterProcess, body: dict[str, object]) -> socket.socket:
-    payload = json.dumps(body).encode()
-    sock = socket.create_connection((router.host, router.port))
-    sock.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-        b"content-length: %d\r\n\r\n%s" % (len(payload), payload)
-    )
-    return sock
+    return send_raw_chat(router.host, router.port, body)
 
 
 def test_timeout_on_a_warm_connection_is_504_or_a_final_sse_error(slow_sim: EngineSim) -> None:
@@ -89,15 +83,7 @@ def test_worker_killed_before_answering_on_a_warm_connection_is_502() -> None:
             sock = _send_raw(router, chat(max_tokens=200))
             time.sleep(0.3)
             sim.stop()
-            sock.settimeout(10)
-            data = b""
-            while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-            sock.close()
-            head, _, body = data.partition(b"\r\n\r\n")
+            head, body = read_json_answer(sock)
             assert head.startswith(b"HTTP/1.1 502")
             assert b"x-router-error-code: upstream_body_incomplete" in head
             assert json.loads(body)["error"]["code"] == "upstream_body_incomplete"

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.router.conftest import MODEL, chat, error_of, post
+from tests.e2e.router.conftest import MODEL, chat, error_of, post, read_json_answer, send_raw_chat
 from tests.fakes.engine_sim import EngineSim
 from tests.fakes.router import RouterProcess
 
@@ -133,23 +132,10 @@ def test_worker_killed_before_answering_is_502() -> None:
     sim = EngineSim("--model", MODEL, "--decode-tokens-per-s", "20").start()
     try:
         with RouterProcess("--worker", sim.url) as router:
-            sock = socket.create_connection((router.host, router.port))
-            payload = json.dumps(chat(max_tokens=200)).encode()
-            sock.sendall(
-                b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                b"content-length: %d\r\n\r\n%s" % (len(payload), payload)
-            )
+            sock = send_raw_chat(router.host, router.port, chat(max_tokens=200))
             time.sleep(0.3)
             sim.stop()
-            sock.settimeout(10)
-            data = b""
-            while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-            sock.close()
-            head, _, body = data.partition(b"\r\n\r\n")
+            head, body = read_json_answer(sock)
             assert head.startswith(b"HTTP/1.1 502")
             assert b"x-router-error-code: upstream_body_incomplete" in head
             assert json.loads(body)["error"]["code"] == "upstream_body_incomplete"
