@@ -9,6 +9,8 @@ Sequence rules (SPEC §7): the first frame of a subscription sets the baseline; 
 jump counts the skipped frames as dropped; a sequence that does not advance means the
 publisher restarted (its counter starts again at 0), which resets the baseline without
 counting drops (frames a new publisher sent before we reconnected were never ours).
+Malformed frames received since the last good one took sequence numbers of that jump:
+they were received (and counted as malformed), not lost, so they are not dropped too.
 
 Change detection for deltas: a worker is *changed* when it received a frame (good or
 malformed), when the freshness of any of its ranks changed, or when its registration
@@ -59,8 +61,10 @@ class RankState:
     freshness: Freshness = Freshness.UNKNOWN
     # False until the first frame after (re)subscribing: that frame only sets the baseline.
     has_baseline: bool = False
-    # True while malformed frames keep arriving without a good one (log once per episode).
-    in_malformed_episode: bool = False
+    # Malformed frames since the last good one (non-zero: an episode, logged once). A later
+    # jump of the sequence is explained by them first: a frame received as garbage is
+    # malformed, not also dropped.
+    malformed_run: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +177,10 @@ class LoadTable:
         if rank.has_baseline:
             expected = rank.seq + 1
             if seq > expected:
-                rank.dropped_frames += seq - expected
-                outcome = FrameOutcome.GAP
+                lost = seq - expected - rank.malformed_run
+                if lost > 0:
+                    rank.dropped_frames += lost
+                    outcome = FrameOutcome.GAP
             elif seq < expected:
                 rank.publisher_restarts += 1
                 outcome = FrameOutcome.RESTART
@@ -184,17 +190,16 @@ class LoadTable:
         rank.last_rx = now
         rank.frames_received += 1
         rank.freshness = Freshness.FRESH
-        rank.in_malformed_episode = False
+        rank.malformed_run = 0
         self._dirty.add(rank.worker_url)
         return outcome
 
     def record_malformed(self, rank: RankState) -> bool:
         """Count a malformed frame; True when it starts a new episode (the one to log)."""
         rank.malformed_frames += 1
+        rank.malformed_run += 1
         self._dirty.add(rank.worker_url)
-        starts = not rank.in_malformed_episode
-        rank.in_malformed_episode = True
-        return starts
+        return rank.malformed_run == 1
 
     # -- time ---------------------------------------------------------------------------
 

@@ -106,6 +106,24 @@ def test_malformed_frames_logged_once_per_episode() -> None:
     assert table.view(URL, 0.0).ranks[0].malformed_frames == 4  # type: ignore[union-attr]
 
 
+def test_malformed_frames_in_a_sequence_jump_are_not_dropped_too() -> None:
+    """Garbage frames between two good ones took their seqs: only the rest of the jump is dropped."""
+    table = LoadTable(stale_after_s=1.0)
+    (r0,) = table.set_worker(URL, EPS[:1])
+    table.record_frame(r0, 0, stat(), 0.0)
+    table.record_malformed(r0)
+    table.record_malformed(r0)
+    assert table.record_frame(r0, 3, stat(), 0.0) is FrameOutcome.OK
+    assert r0.dropped_frames == 0
+    table.record_malformed(r0)
+    assert table.record_frame(r0, 8, stat(), 0.0) is FrameOutcome.GAP
+    assert (r0.dropped_frames, r0.malformed_frames) == (3, 3)
+    table.record_malformed(r0)  # garbage without a seq of its own, then the next frame in order
+    assert table.record_frame(r0, 9, stat(), 0.0) is FrameOutcome.OK
+    assert table.record_frame(r0, 11, stat(), 0.0) is FrameOutcome.GAP  # the run ended at seq 9
+    assert r0.dropped_frames == 4
+
+
 def test_deltas_report_changed_and_removed_workers_once() -> None:
     """take_changes returns workers touched since the last call and removed URLs, then nothing."""
     table = LoadTable(stale_after_s=3.0)
