@@ -79,49 +79,40 @@ class WorkerLoadEncoder:
                 msg.ranks.add(dp_rank=r.dp_rank, endpoint=r.endpoint)
             entry = (msg, ranks, list(msg.ranks))
             self._messages[url] = entry
-        msg = entry[0]
+        msg, _, rank_messages = entry
         deadline = now - self._stale_after_s
+        if len(ranks) == 1:
+            # The usual worker (one scheduler): its sums are its rank's values.
+            r = ranks[0]
+            freshness, age = _fill(rank_messages[0], r, now, deadline)
+            stat = r.stat
+            if stat is not None:
+                msg.num_running_reqs = stat.num_running_reqs
+                msg.num_waiting_reqs = stat.num_waiting_reqs
+                msg.num_tokens = stat.num_tokens
+                msg.max_total_num_tokens = stat.max_total_num_tokens
+            else:
+                msg.num_running_reqs = msg.num_waiting_reqs = msg.num_tokens = msg.max_total_num_tokens = 0
+            msg.freshness = freshness
+            msg.age_s = age
+            return msg.SerializeToString()
         running = waiting = tokens = capacity = 0
         oldest = 0.0
         any_unknown = any_stale = False
-        for r, m in zip(ranks, entry[2], strict=True):
-            last_rx = r.last_rx
-            if last_rx is None:
+        for r, m in zip(ranks, rank_messages, strict=True):
+            freshness, age = _fill(m, r, now, deadline)
+            if freshness == _UNKNOWN:
                 any_unknown = True
-                m.freshness = _UNKNOWN
-                age = 0.0
-            else:
-                if last_rx >= deadline:
-                    m.freshness = _FRESH
-                else:
-                    any_stale = True
-                    m.freshness = _STALE
-                age = now - last_rx if now > last_rx else 0.0
-                if age > oldest:
-                    oldest = age
+            elif freshness == _STALE:
+                any_stale = True
+            if age > oldest:
+                oldest = age
             stat = r.stat
             if stat is not None:
                 running += stat.num_running_reqs
                 waiting += stat.num_waiting_reqs
                 tokens += stat.num_tokens
                 capacity += stat.max_total_num_tokens
-                m.num_running_reqs = stat.num_running_reqs
-                m.num_waiting_reqs = stat.num_waiting_reqs
-                m.num_tokens = stat.num_tokens
-                m.max_total_num_tokens = stat.max_total_num_tokens
-            else:  # a re-registered worker may reuse a message that had values
-                m.num_running_reqs = m.num_waiting_reqs = m.num_tokens = m.max_total_num_tokens = 0
-            m.seq = r.seq
-            m.age_s = age
-            m.frames_received = r.frames_received
-            # These only grow, and a message lives as long as its rank states: zero now
-            # means zero in the message already.
-            if r.dropped_frames:
-                m.dropped_frames = r.dropped_frames
-            if r.publisher_restarts:
-                m.publisher_restarts = r.publisher_restarts
-            if r.malformed_frames:
-                m.malformed_frames = r.malformed_frames
         msg.num_running_reqs = running
         msg.num_waiting_reqs = waiting
         msg.num_tokens = tokens
@@ -131,6 +122,40 @@ class WorkerLoadEncoder:
         ]
         msg.age_s = oldest
         return msg.SerializeToString()
+
+
+def _fill(
+    m: load_pb2.RankLoad, r: RankState, now: float, deadline: float
+) -> tuple[load_pb2.Freshness, float]:
+    """Refresh rank message ``m`` from ``r``; returns its freshness and age."""
+    last_rx = r.last_rx
+    if last_rx is None:
+        freshness = _UNKNOWN
+        age = 0.0
+    else:
+        freshness = _FRESH if last_rx >= deadline else _STALE
+        age = now - last_rx if now > last_rx else 0.0
+    m.freshness = freshness
+    stat = r.stat
+    if stat is not None:
+        m.num_running_reqs = stat.num_running_reqs
+        m.num_waiting_reqs = stat.num_waiting_reqs
+        m.num_tokens = stat.num_tokens
+        m.max_total_num_tokens = stat.max_total_num_tokens
+    else:  # a re-registered worker may reuse a message that had values
+        m.num_running_reqs = m.num_waiting_reqs = m.num_tokens = m.max_total_num_tokens = 0
+    m.seq = r.seq
+    m.age_s = age
+    m.frames_received = r.frames_received
+    # These only grow, and a message lives as long as its rank states: zero now means
+    # zero in the message already.
+    if r.dropped_frames:
+        m.dropped_frames = r.dropped_frames
+    if r.publisher_restarts:
+        m.publisher_restarts = r.publisher_restarts
+    if r.malformed_frames:
+        m.malformed_frames = r.malformed_frames
+    return freshness, age
 
 
 _UNKNOWN = FRESHNESS[Freshness.UNKNOWN]

@@ -20,7 +20,6 @@ leaves this module.
 
 from __future__ import annotations
 
-import selectors
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -60,7 +59,7 @@ class _Subscription:
     closed: bool = False
 
 
-class LibzmqSubscriber(BatchReader):
+class LibzmqSubscriber(BatchReader["_Subscription"]):
     """Owns the ZMQ context and every SUB socket; feeds frames into ``table``.
 
     ``on_change`` is called (synchronously, cheaply) when frames are waiting and after
@@ -148,7 +147,7 @@ class LibzmqSubscriber(BatchReader):
             raise
         fd = int(sock.getsockopt(zmq.FD))
         sub = _Subscription(rank=rank, sock=sock, fd=fd)
-        self._selector.register(fd, selectors.EVENT_READ, sub)
+        self._add(fd, sub)
         self._by_socket[sock] = sub
         return sub
 
@@ -157,7 +156,7 @@ class LibzmqSubscriber(BatchReader):
             return
         sub.closed = True
         # Unregister before closing: the FD number may be reused at once.
-        self._selector.unregister(sub.fd)
+        self._remove(sub.fd)
         del self._by_socket[sub.sock]
         sub.sock.close(linger=0)
 

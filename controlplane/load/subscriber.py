@@ -39,7 +39,6 @@ import errno
 import ipaddress
 import math
 import os
-import selectors
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -125,7 +124,7 @@ def parse_endpoint(endpoint: str) -> tuple[str, int, int]:
     return host, int(port_text), socket.AF_INET
 
 
-class LoadSubscriber(BatchReader):
+class LoadSubscriber(BatchReader["_Link"]):
     """Owns every rank connection; feeds frames into ``table``.
 
     ``on_change`` is called (synchronously, cheaply) when frames are waiting and after
@@ -144,7 +143,7 @@ class LoadSubscriber(BatchReader):
         super().__init__(on_change, clock=clock, tick_s=tick_s)
         self._table = table
         self._links: dict[str, list[_Link]] = {}
-        self._unread: list[tuple[selectors.SelectorKey, int]] = []
+        self._unread: list[_Link] = []
         self._watch()
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -307,7 +306,7 @@ class LoadSubscriber(BatchReader):
     def _attach(self, link: _Link, sock: socket.socket, reader: FrameReader) -> None:
         link.sock = sock
         link.reader = reader
-        self._selector.register(sock, selectors.EVENT_READ, link)
+        self._add(sock.fileno(), link)
 
     def _disconnect(self, link: _Link) -> None:
         """Close an established connection; its task reconnects unless the link is closed."""
@@ -316,8 +315,7 @@ class LoadSubscriber(BatchReader):
             return
         link.reader = None
         link.sock = None
-        # Unregister before closing: the FD number may be reused at once.
-        self._selector.unregister(sock)
+        self._remove(sock.fileno())
         sock.close()
         if link.lost is not None and not link.lost.done():
             link.lost.set_result(None)
@@ -329,13 +327,12 @@ class LoadSubscriber(BatchReader):
         handled = 0
         # Sockets a budget left unread last time go first (the selector would report them
         # in the same order again: those at the end would starve while a backlog lasts).
-        ready = self._unread or self._selector.select(0)
+        ready = self._unread or self._ready()
         self._unread = []
-        for index, (key, _) in enumerate(ready):
-            link: _Link = key.data
+        for index, link in enumerate(ready):
             reader = link.reader
             sock = link.sock
-            if reader is None or sock is not key.fileobj:
+            if reader is None or sock is None:
                 continue  # closed since (a budget's leftovers may be a turn old)
             try:
                 data = sock.recv(RECV_BYTES)
