@@ -29,7 +29,7 @@ import zmq
 
 from controlplane.load import metrics
 from controlplane.load.batches import BATCH_BUDGET, BatchReader
-from controlplane.load.subscriber import MAX_MESSAGE_BYTES, TICK_S, SubscribeError
+from controlplane.load.subscriber import MAX_FRAME_BYTES, TICK_S, SubscribeError
 from controlplane.load.table import FrameOutcome, LoadTable, RankState
 from controlplane.load.wire import WireError, decode_frame
 
@@ -129,7 +129,7 @@ class LibzmqSubscriber(BatchReader["_Subscription"]):
         try:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RCVHWM, self._rcvhwm)
-            sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+            sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
             # IPv6 only for IPv6 literals, as the engine's publisher does: with it on, libzmq
             # may resolve "localhost" to ::1 and retry there forever against a v4-only bind.
             if rank.endpoint.startswith("tcp://["):

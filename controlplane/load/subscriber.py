@@ -27,8 +27,8 @@ Two paths per connection:
 
 Frames are decoded with the shared codec and accounted in the pure ``LoadTable``;
 malformed ones are counted and dropped, logged once per episode: the ingest never dies on
-bad input. A peer that breaks ZMTP (or sends a frame over ``MAX_MESSAGE_BYTES``) is
-disconnected and reconnected, as libzmq does. ``OSError`` never leaves this module.
+bad input, however large. A peer that breaks ZMTP is disconnected and reconnected, as
+libzmq does. ``OSError`` never leaves this module.
 """
 
 from __future__ import annotations
@@ -62,15 +62,18 @@ from controlplane.load.zmtp import (
 
 log = structlog.get_logger(__name__)
 
-# Bigger frames than this drop the connection (it reconnects) instead of being buffered:
-# a hostile or broken peer cannot make us allocate without bound. Frames up to this size
-# are received and refused by the codec (counted as malformed).
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+# A frame bigger than this is not buffered: its bytes are discarded as they arrive and its
+# message is counted as malformed (``FrameReader``), so a hostile or broken peer cannot
+# make us allocate without bound. Smaller frames are refused by the codec (a load payload
+# is ~20 bytes, ``wire.MAX_PAYLOAD_BYTES``).
+MAX_FRAME_BYTES = 64 * 1024
 # At most one batch per tick unless drained (the control plane uses its push interval:
 # the hub drains before each push). This default suits a consumer that does not drain.
 TICK_S = 0.005
 # One read per ready socket per batch: ~400 frames, so a backlog is read in a few turns.
 RECV_BYTES = 16 * 1024
+# While a frame too large to buffer is being discarded: an 8 MiB one takes 8 batches.
+SKIP_RECV_BYTES = 1024 * 1024
 # Reconnect backoff as in sgl-router's subscriber (libzmq's RECONNECT_IVL, _MAX).
 RECONNECT_IVL_S = 0.1
 RECONNECT_IVL_MAX_S = 2.0
@@ -216,7 +219,7 @@ class LoadSubscriber(BatchReader["_Link"]):
             link.failures = 0
             link.lost = self._loop.create_future()
             self._attach(link, sock, reader)
-            if early and self._accept(link, early, self._clock()):
+            if (early or reader.refused) and self._accept(link, early, self._clock()):
                 self._on_change()
             try:
                 await link.lost
@@ -292,7 +295,7 @@ class LoadSubscriber(BatchReader["_Link"]):
             greeting += chunk
         check_greeting(greeting)
         await loop.sock_sendall(sock, ready_command())
-        reader = FrameReader(MAX_MESSAGE_BYTES)
+        reader = FrameReader(MAX_FRAME_BYTES)
         early: list[list[bytes]] = []
         while reader.ready is None:
             chunk = await loop.sock_recv(sock, RECV_BYTES)
@@ -335,7 +338,7 @@ class LoadSubscriber(BatchReader["_Link"]):
             if reader is None or sock is None:
                 continue  # closed since (a budget's leftovers may be a turn old)
             try:
-                data = sock.recv(RECV_BYTES)
+                data = sock.recv(SKIP_RECV_BYTES if reader.skip else RECV_BYTES)
             except (BlockingIOError, InterruptedError):
                 continue
             except OSError:  # reset by the peer: reconnect
@@ -371,6 +374,14 @@ class LoadSubscriber(BatchReader["_Link"]):
     def _accept(self, link: _Link, messages: list[list[bytes]], now: float) -> int:
         """Account ``messages`` of ``link``'s rank (per frame: keep this loop flat)."""
         rank = link.rank
+        reader = link.reader
+        refused = 0
+        if reader is not None and reader.refused:
+            # Messages too large to buffer ended before the ones read with them.
+            for reason in reader.refused:
+                self._malformed(rank, WireError(reason))
+            refused = len(reader.refused)
+            reader.refused.clear()
         record = self._table.record_frame
         totals = metrics.FRAMES
         for frames in messages:
@@ -388,13 +399,12 @@ class LoadSubscriber(BatchReader["_Link"]):
                 totals.dropped += rank.dropped_frames - before
             else:
                 totals.restart += 1
-        reader = link.reader
         if reader is not None and reader.replies:
             # PONGs (publishers with ZMTP heartbeats): tiny, best effort.
             with contextlib.suppress(OSError):
                 link.sock.send(b"".join(reader.replies))  # type: ignore[union-attr]
             reader.replies.clear()
-        return len(messages)
+        return len(messages) + refused
 
     def _malformed(self, rank: RankState, exc: WireError) -> None:
         metrics.FRAMES.malformed += 1

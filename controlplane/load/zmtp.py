@@ -33,7 +33,7 @@ _PUBLISHERS = (b"PUB", b"XPUB")
 
 
 class ZmtpError(ValueError):
-    """The peer broke the protocol (or sent a frame over the limit): drop the connection."""
+    """The peer broke the protocol: drop the connection."""
 
 
 def check_greeting(greeting: bytes) -> None:
@@ -93,18 +93,43 @@ class FrameReader:
     """Splits a ZMTP byte stream into messages (lists of frames), across any read boundary.
 
     Commands are taken out of the stream: READY is kept for the handshake, a PING queues
-    its PONG in ``replies`` (for the adapter to send), an ERROR raises. A frame longer
-    than ``max_frame_bytes`` raises before it is buffered (libzmq's ``MAXMSGSIZE``).
+    its PONG in ``replies`` (for the adapter to send), an ERROR raises.
+
+    A message is refused, not buffered, when one of its frames is longer than
+    ``max_frame_bytes`` or it has more than ``max_parts`` frames: its bytes are discarded
+    as they arrive (memory stays bounded whatever a peer announces) and the reason is
+    queued in ``refused`` when the message ends, for the adapter to count it as malformed
+    (a load message is three short frames). The connection stays up, as it would for any
+    other garbage frame.
     """
 
-    __slots__ = ("_buf", "_parts", "max_frame_bytes", "ready", "replies")
+    __slots__ = (
+        "_buf",
+        "_junk",
+        "_parts",
+        "_skip_more",
+        "max_frame_bytes",
+        "max_parts",
+        "ready",
+        "refused",
+        "replies",
+        "skip",
+    )
 
-    def __init__(self, max_frame_bytes: int) -> None:
+    def __init__(self, max_frame_bytes: int, max_parts: int = 16) -> None:
         self.max_frame_bytes = max_frame_bytes
+        self.max_parts = max_parts
         self._buf = b""
         self._parts: list[bytes] = []
         self.ready: dict[bytes, bytes] | None = None
         self.replies: list[bytes] = []
+        self.refused: list[str] = []
+        # A message being refused: why (and ``_parts`` holds a placeholder, so the fast path
+        # below stays off); ``skip``: the bytes of its current frame still to discard (the
+        # adapter reads bigger chunks meanwhile), and whether more frames follow that one.
+        self._junk = ""
+        self.skip = 0
+        self._skip_more = False
 
     def feed(self, data: bytes) -> list[list[bytes]]:
         """The messages completed by ``data``; a partial one waits for the next feed."""
@@ -122,6 +147,14 @@ class FrameReader:
             # The one shape a load publisher sends (SPEC §7), alone in one read (the usual
             # case): [4-byte topic, 8-byte seq, short payload] without the general loop.
             return [[data[2:6], data[8:16], data[18:]]]
+        if self.skip:
+            if len(data) < self.skip:
+                self.skip -= len(data)
+                return []
+            data = data[self.skip :]
+            self.skip = 0
+            if not self._skip_more:
+                self._end_junk()
         buf = self._buf + data if self._buf else data
         end = len(buf)
         pos = 0
@@ -153,18 +186,35 @@ class FrameReader:
             else:
                 size = buf[pos + 1]
                 start = pos + 2
-            if size > self.max_frame_bytes:
-                raise ZmtpError(f"frame of {size} bytes exceeds {self.max_frame_bytes}")
             if flags & ~(_MORE | _LONG | _COMMAND):
                 raise ZmtpError(f"reserved frame flags 0x{flags:02x}")
+            more = bool(flags & _MORE)
+            if size > self.max_frame_bytes:
+                if flags & _COMMAND:
+                    raise ZmtpError(f"command of {size} bytes exceeds {self.max_frame_bytes}")
+                parts = self._start_junk(f"frame of {size} bytes exceeds {self.max_frame_bytes}")
+                if start + size > end:  # the usual case: discard the rest as it arrives
+                    self.skip = start + size - end
+                    self._skip_more = more
+                    pos = end
+                    break
+                pos = start + size
+                if not more:
+                    parts = self._end_junk()
+                continue
             stop = start + size
             if stop > end:
                 break
             pos = stop
             if flags & _COMMAND:
                 self._command(buf[start:stop])
-            elif flags & _MORE:
+            elif self._junk:
+                if not more:
+                    parts = self._end_junk()
+            elif more:
                 parts.append(buf[start:stop])
+                if len(parts) >= self.max_parts:
+                    parts = self._start_junk(f"message of more than {self.max_parts} frames")
             else:
                 parts.append(buf[start:stop])
                 messages.append(parts)
@@ -172,6 +222,18 @@ class FrameReader:
         self._parts = parts
         self._buf = buf[pos:] if pos < end else b""
         return messages
+
+    def _start_junk(self, reason: str) -> list[bytes]:
+        if not self._junk:
+            self._junk = reason
+            self._parts = [b""]
+        return self._parts
+
+    def _end_junk(self) -> list[bytes]:
+        self.refused.append(self._junk)
+        self._junk = ""
+        self._parts = []
+        return self._parts
 
     def _command(self, body: bytes) -> None:
         if not body or len(body) < 1 + body[0]:

@@ -120,11 +120,48 @@ def test_ping_is_answered_with_its_context() -> None:
     assert reader.replies == [frame(b"\x04PONGctx", command=True)]
 
 
-def test_error_command_and_oversized_frames_raise() -> None:
-    """ERROR from the peer, a frame over the limit or reserved flag bits end the connection."""
+def test_error_command_oversized_commands_and_reserved_flags_raise() -> None:
+    """ERROR from the peer, a command over the limit or reserved flag bits end the connection."""
     with pytest.raises(ZmtpError, match="ERROR"):
         FrameReader(MAX).feed(frame(b"\x05ERROR\x04nope", command=True))
-    with pytest.raises(ZmtpError, match="exceeds"):
-        FrameReader(1000).feed(b"\x02" + (1001).to_bytes(8, "big"))
+    with pytest.raises(ZmtpError, match="command of 1001 bytes exceeds 1000"):
+        FrameReader(1000).feed(b"\x06" + (1001).to_bytes(8, "big"))
     with pytest.raises(ZmtpError, match="reserved"):
         FrameReader(MAX).feed(b"\x10\x00")
+
+
+GOOD = [b"load", bytes(8), b"payload"]
+
+
+@given(
+    position=st.integers(min_value=0, max_value=2),
+    size=st.integers(min_value=1001, max_value=5000),
+    cuts=st.lists(st.integers(min_value=0, max_value=20_000), max_size=8),
+)
+def test_a_frame_over_the_limit_is_skipped_and_its_message_refused(
+    position: int, size: int, cuts: list[int]
+) -> None:
+    """Property: an oversized frame anywhere in a message refuses that message only, unbuffered.
+
+    Good messages before and after it come out unchanged, whatever the read boundaries.
+    """
+    bad = list(GOOD)
+    bad[position] = b"x" * size
+    stream = message(GOOD) + message(bad) + message(GOOD)
+    reader = FrameReader(1000)
+    out: list[list[bytes]] = []
+    bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
+    for start, stop in itertools.pairwise(bounds):
+        out += reader.feed(stream[start:stop])
+        assert len(reader._buf) <= 1000 + 9  # never the oversized frame
+    assert out == [GOOD, GOOD]
+    assert reader.refused == [f"frame of {size} bytes exceeds 1000"]
+
+
+def test_a_message_with_too_many_frames_is_refused_without_keeping_them() -> None:
+    """A message of thousands of empty frames is refused once; the next one comes out."""
+    reader = FrameReader(MAX, max_parts=16)
+    assert reader.feed(frame(b"", more=True) * 10_000) == []
+    assert len(reader._parts) == 1  # the placeholder, not ten thousand frames
+    assert reader.feed(frame(b"end") + message(GOOD)) == [GOOD]
+    assert reader.refused == ["message of more than 16 frames"]
