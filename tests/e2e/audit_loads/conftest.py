@@ -172,21 +172,33 @@ class Monitor:
 
     def __init__(self, sock: zmq.Socket[bytes]) -> None:
         self._mon = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
-        self.accepted = 0
-        self.disconnected = 0
+        self._accepted = 0
+        self._disconnected = 0
 
-    def poll(self) -> None:
+    def _poll(self) -> None:
         while self._mon.poll(0):
             event = recv_monitor_message(self._mon)
             if event["event"] == zmq.EVENT_ACCEPTED:
-                self.accepted += 1
+                self._accepted += 1
             elif event["event"] == zmq.EVENT_DISCONNECTED:
-                self.disconnected += 1
+                self._disconnected += 1
+
+    @property
+    def accepted(self) -> int:
+        """Connections accepted since the monitor was attached."""
+        self._poll()
+        return self._accepted
+
+    @property
+    def disconnected(self) -> int:
+        """Connections lost since the monitor was attached."""
+        self._poll()
+        return self._disconnected
 
     @property
     def connected(self) -> int:
-        self.poll()
-        return self.accepted - self.disconnected
+        self._poll()
+        return self._accepted - self._disconnected
 
     def close(self) -> None:
         self._mon.close(0)
