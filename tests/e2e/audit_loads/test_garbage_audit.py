@@ -7,6 +7,7 @@ msgpack, wrong tag, a negative count, a string count, a map, a negative seq) are
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Iterator
 
 import msgspec
@@ -15,6 +16,7 @@ import pytest
 from controlplane.v1 import load_pb2 as pb
 from controlplane.v1 import load_pb2_grpc
 from tests.e2e.audit_loads.conftest import (
+    STALE_AFTER_S,
     Publisher,
     deregister,
     fake_url,
@@ -40,6 +42,7 @@ GOOD = stat(1, 2, 3, 4, 0)
 MALFORMED = {
     "one frame": [b"load"],
     "four frames": [b"load", seq8(1), GOOD, b"extra"],
+    "forty frames": [b"load", seq8(1), GOOD, *[b"x"] * 37],
     "topic with a suffix (a SUB prefix match)": [b"loadX", seq8(1), GOOD],
     "nine-byte seq": [b"load", b"\x00" + seq8(1), GOOD],
     "empty seq": [b"load", b"", GOOD],
@@ -176,10 +179,6 @@ def test_a_huge_frame_is_malformed_and_the_next_frame_flows(
     assert (r.malformed_frames, r.num_running_reqs, r.dropped_frames) == (before.malformed_frames + 1, 4, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an over-4-MiB frame drops the connection uncounted (controlplane/load/subscriber.py, lead-owned)",
-)
 def test_an_8_mib_frame_is_counted_as_malformed(
     stub: load_pb2_grpc.LoadServiceStub, publisher: Publisher
 ) -> None:
@@ -189,3 +188,33 @@ def test_an_8_mib_frame_is_counted_as_malformed(
     publisher.send_raw([b"load", seq8(before.seq), b"\x00" * (8 << 20)])
     publisher.join(lambda: rank(stub, url).seq > before.seq + 1, running=6)
     assert rank(stub, url).malformed_frames == before.malformed_frames + 1
+
+
+def test_a_1_mib_frame_does_not_hold_up_the_next_frame_in_a_busy_fleet(
+    stub: load_pb2_grpc.LoadServiceStub, publisher: Publisher, pubs, watch
+) -> None:  # type: ignore[no-untyped-def]
+    """While other workers publish, a watcher sees the good frame behind a 1 MiB garbage frame at once, never STALE."""
+    busy = Publisher(*pubs())
+    busy.url = fake_url()
+    register(stub, busy.url, [f"tcp://127.0.0.1:{busy.port}"])
+    busy.join(lambda: rank(stub, busy.url).frames_received > 0)
+    url = publisher.url
+    watcher = watch()
+    until(lambda: len(watcher.messages) >= 1)
+    publisher.send(running=1)
+    publisher.send_raw([b"load", seq8(publisher.seq), b"\x00" * (1 << 20)])
+    publisher.seq += 1
+    publisher.send(running=4)
+    sent_at = time.monotonic()
+    # The fleet goes on publishing (every push interval has changes): only the watcher reads.
+    while time.monotonic() - sent_at < 3 and not any(w.num_running_reqs == 4 for w in watcher.workers(url)):
+        busy.send()
+        time.sleep(0.01)
+    pushed = watcher.workers(url)
+    assert any(w.num_running_reqs == 4 for w in pushed), "the frame behind the garbage never showed"
+    assert not any(w.freshness == pb.FRESHNESS_STALE for w in pushed)
+    arrived = next(
+        t for t, m in watcher.messages for w in m.workers if w.url == url and w.num_running_reqs == 4
+    )
+    assert arrived - sent_at < STALE_AFTER_S
+    deregister(stub, busy.url)
