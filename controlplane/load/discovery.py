@@ -23,9 +23,13 @@ from controlplane.load.httpget import HttpGetError, ProtocolMismatch, get_h1, ge
 from controlplane.load.registration import (
     LOAD_TOPIC,
     MAX_LOAD_ENDPOINTS,
+    MAX_MODEL_NAME,
+    MAX_MODELS,
     WILDCARD_HOSTS,
     Protocol,
     WorkerAddress,
+    advertised_host,
+    is_model_name,
     tcp_endpoint,
 )
 
@@ -71,31 +75,50 @@ def parse_server_info(doc: Any, worker: WorkerAddress) -> ServerInfo:
             http2, (), LOAD_TOPIC, "the worker does not publish load (no load_endpoint_port_base)"
         )
     dp_size = kv.get("dp_size", 1)
-    host = kv.get("endpoint_host")
+    advertised = kv.get("endpoint_host")
     if not _is_int(base) or not _is_int(dp_size) or not isinstance(topic, str) or not topic:
         raise DiscoveryError(f"/server_info kv_events has malformed load fields: {_clip(kv)}")
     if not 1 <= dp_size <= MAX_LOAD_ENDPOINTS or base <= 0 or base + dp_size - 1 > 65535:
         raise DiscoveryError(f"/server_info kv_events load range is out of bounds: {_clip(kv)}")
-    if host is None or host in WILDCARD_HOSTS:
-        host = worker.host
-    elif not isinstance(host, str) or not host:
-        raise DiscoveryError(f"/server_info kv_events endpoint_host is malformed: {host!r}")
-    host = host.strip("[]")
+    # Checked as strictly as an explicit load endpoint: the subscriber connects to what is
+    # stored here, and any JSON value may arrive (a list is not even hashable).
+    if advertised is None or (isinstance(advertised, str) and advertised in WILDCARD_HOSTS):
+        host: str | None = worker.host
+    else:
+        host = advertised_host(advertised) if isinstance(advertised, str) else None
+    if host is None:
+        raise DiscoveryError(f"/server_info kv_events endpoint_host is malformed: {_clip(advertised)}")
     endpoints = tuple(tcp_endpoint(host, base + rank) for rank in range(dp_size))
     return ServerInfo(http2, endpoints, topic, "")
 
 
-def parse_models(doc: Any) -> tuple[str, ...]:
-    """Model ids of an OpenAI ``GET /v1/models`` answer."""
+def parse_models(doc: Any) -> tuple[tuple[str, ...], str]:
+    """Model ids of an OpenAI ``GET /v1/models`` answer, and what was left out (or "").
+
+    The ids pass the rules of RegisterWorker's ``models`` (a name, at most ``MAX_MODELS``):
+    a worker cannot store what an operator could not, nor bloat every ListWorkers answer.
+    """
     data = doc.get("data") if isinstance(doc, dict) else None
     if not isinstance(data, list):
         raise DiscoveryError("/v1/models has no data list")
-    models: list[str] = []
+    found: dict[str, None] = {}  # ordered, without repeats
+    bad = 0
     for item in data:
         model_id = item.get("id") if isinstance(item, dict) else None
-        if isinstance(model_id, str) and model_id and model_id not in models:
-            models.append(model_id)
-    return tuple(models)
+        if is_model_name(model_id):
+            found[model_id] = None
+        else:
+            bad += 1
+    models = list(found)
+    notes = []
+    if bad:
+        notes.append(
+            f"{bad} of {len(data)} entries without a valid id (1..{MAX_MODEL_NAME} printable characters)"
+        )
+    if len(models) > MAX_MODELS:
+        notes.append(f"{len(models)} models, kept the first {MAX_MODELS}")
+        models = models[:MAX_MODELS]
+    return tuple(models), f"/v1/models: left out {'; '.join(notes)}" if notes else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,9 +199,12 @@ class Discoverer:
         if want_models and not unreachable:
             try:
                 body, _ = await self._get_json(worker, "/v1/models", h2c_first, deadline)
-                models = parse_models(body)
+                models, left_out = parse_models(body)
             except DiscoveryError as exc:
                 errors.append(str(exc))
+            else:
+                if left_out:
+                    errors.append(left_out)
         return Discovery(resolved, endpoints, topic, models, "; ".join(errors))
 
     async def _get_json(
@@ -202,6 +228,8 @@ class Discoverer:
                     return json.loads(body), spoke_h2c
                 except (ValueError, UnicodeDecodeError) as exc:
                     raise DiscoveryError(f"GET {worker.url}{path}: not JSON ({exc})") from None
+                except RecursionError:
+                    raise DiscoveryError(f"GET {worker.url}{path}: JSON nested too deeply") from None
             except _Retryable as exc:
                 out_of_time = deadline is not None and loop.time() + delay >= deadline
                 if attempt == self._attempts or out_of_time:

@@ -157,3 +157,5 @@ async def _connect(host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.
         return await asyncio.open_connection(host, port)
     except OSError as exc:
         raise HttpGetError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
+    except UnicodeError as exc:  # a name the resolver's IDNA codec refuses (an empty or long label)
+        raise HttpGetError(f"cannot connect to {host}:{port}: bad host name ({exc})") from None

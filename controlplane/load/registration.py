@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 from dataclasses import dataclass
+from typing import TypeGuard
 from urllib.parse import SplitResult, urlsplit
 
 from controlplane.errors import InvalidArgument
@@ -21,6 +22,7 @@ LOAD_TOPIC = "load"
 MAX_LOAD_ENDPOINTS = 1024
 MAX_MODELS = 256
 MAX_MODEL_NAME = 256
+MAX_HOST_NAME = 253
 
 
 class Protocol(enum.IntEnum):
@@ -132,7 +134,7 @@ def parse_models(raws: list[str]) -> tuple[str, ...]:
         raise InvalidArgument(f"models: at most {MAX_MODELS}, got {len(raws)}", field="models")
     models: list[str] = []
     for i, name in enumerate(raws):
-        if not name or len(name) > MAX_MODEL_NAME or not name.isprintable():
+        if not is_model_name(name):
             raise InvalidArgument(
                 f"models[{i}]: must be a printable name of 1..{MAX_MODEL_NAME} characters, got {name!r}",
                 field="models",
@@ -140,6 +142,24 @@ def parse_models(raws: list[str]) -> tuple[str, ...]:
         if name not in models:
             models.append(name)
     return tuple(models)
+
+
+def is_model_name(name: object) -> TypeGuard[str]:
+    """A model name as RegisterWorker takes it: printable, 1..MAX_MODEL_NAME characters."""
+    return isinstance(name, str) and 0 < len(name) <= MAX_MODEL_NAME and name.isprintable()
+
+
+def advertised_host(host: str) -> str | None:
+    """A host as an engine advertises it (``endpoint_host``), unbracketed; None when malformed."""
+    bracketed = host.startswith("[") and host.endswith("]")
+    text = host[1:-1] if bracketed else host
+    if bracketed or ":" in text:
+        try:
+            address = ipaddress.IPv6Address(text)
+        except ValueError:
+            return None
+        return str(address) if address.scope_id is None else None
+    return text.lower() if is_host_name(text) else None
 
 
 def parse_protocol(value: int, address: WorkerAddress) -> Protocol:
@@ -172,14 +192,40 @@ def _host_port(parts: SplitResult, raw: str, field_name: str) -> tuple[str, int 
         raise InvalidArgument(f"{field_name}: a host is required, got {raw!r}", field=field_name)
     if port == 0:
         raise InvalidArgument(f"{field_name}: port must be 1..65535, got {raw!r}", field=field_name)
-    if ":" in host:
-        try:
-            host = str(ipaddress.IPv6Address(host))
-        except ValueError:
-            raise InvalidArgument(f"{field_name}: bad IPv6 address in {raw!r}", field=field_name) from None
-    elif not all(c.isalnum() or c in "-._" for c in host):
-        raise InvalidArgument(f"{field_name}: bad host in {raw!r}", field=field_name)
+    if "[" in parts.netloc or ":" in host:
+        host = _ipv6(host, raw, field_name)
+    elif not is_host_name(host):
+        raise InvalidArgument(
+            f"{field_name}: bad host in {raw!r} (an IP address or a DNS name: ASCII labels of 1..63"
+            f" characters, {MAX_HOST_NAME} in all)",
+            field=field_name,
+        )
     return host.lower(), port
+
+
+def is_host_name(host: str) -> bool:
+    """An IPv4 address or a DNS name a resolver accepts (RFC 1123: ASCII labels of 1..63).
+
+    Checked here because a name the resolver refuses (an empty or overlong label, non-ASCII)
+    fails inside the socket layer with ``UnicodeError``, not ``OSError``; an internationalised
+    name is given in its ``xn--`` form.
+    """
+    if not host or len(host) > MAX_HOST_NAME or not host.isascii():
+        return False
+    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+    return all(0 < len(label) <= 63 and all(c.isalnum() or c in "-_" for c in label) for label in labels)
+
+
+def _ipv6(host: str, raw: str, field_name: str) -> str:
+    # A bracketed host is an IPv6 literal (not IPvFuture); no zone id: it names an interface
+    # of the machine that reads the URL, which the control plane and a router do not share.
+    try:
+        address = ipaddress.IPv6Address(host)
+    except ValueError:
+        address = None
+    if address is None or address.scope_id is not None:
+        raise InvalidArgument(f"{field_name}: bad IPv6 address in {raw!r}", field=field_name)
+    return str(address)
 
 
 def _wildcard_port(netloc: str, raw: str, field_name: str) -> int:

@@ -43,6 +43,13 @@ def test_worker_url_is_normalised(raw: str, url: str) -> None:
         ("http://:1", "host"),
         ("http://h$x:1", "host"),
         ("127.0.0.1:9001", "scheme"),
+        ("http://h..x:1", "host"),
+        ("http://.:1", "host"),
+        ("http://" + "a" * 64 + ":1", "host"),
+        ("http://" + "a." * 127 + "a:1", "host"),
+        ("http://\u00fc.example:1", "host"),
+        ("http://[v1.x]:1", "IPv6"),
+        ("http://[fe80::1%25eth0]:1", "IPv6"),
     ],
 )
 def test_bad_worker_url_names_the_field(raw: str, words: str) -> None:
@@ -109,9 +116,24 @@ def test_server_info_gives_endpoints_per_rank_on_the_worker_host() -> None:
 
 
 def test_server_info_with_explicit_host_keeps_it() -> None:
-    """A non-wildcard endpoint_host is used as advertised."""
-    doc = {"kv_events": {"endpoint_host": "10.9.9.9", "load_endpoint_port_base": 7000, "load_topic": "load"}}
-    assert parse_server_info(doc, WORKER).load_endpoints == ("tcp://10.9.9.9:7000",)
+    """A non-wildcard endpoint_host is used as advertised (an IPv6 one bracketed or not)."""
+    for host, endpoint in [
+        ("10.9.9.9", "tcp://10.9.9.9:7000"),
+        ("[::1]", "tcp://[::1]:7000"),
+        ("::1", "tcp://[::1]:7000"),
+    ]:
+        doc = {"kv_events": {"endpoint_host": host, "load_endpoint_port_base": 7000, "load_topic": "load"}}
+        assert parse_server_info(doc, WORKER).load_endpoints == (endpoint,)
+
+
+@pytest.mark.parametrize(
+    "host", [["*"], {"h": 1}, 7, "", "10.0.0.1:99", "bad host", "h..x", "[v1.x]", "fe80::1%eth0"]
+)
+def test_a_malformed_endpoint_host_is_a_discovery_error(host: object) -> None:
+    """Any JSON value may arrive as endpoint_host: only a host an endpoint can name is taken."""
+    doc = {"kv_events": {"endpoint_host": host, "load_endpoint_port_base": 7000, "load_topic": "load"}}
+    with pytest.raises(DiscoveryError, match="endpoint_host"):
+        parse_server_info(doc, WORKER)
 
 
 def test_server_info_without_load_range_says_why() -> None:
@@ -137,7 +159,13 @@ def test_malformed_load_range_is_a_discovery_error(kv: dict[str, object]) -> Non
 
 
 def test_models_come_from_v1_models() -> None:
-    """Model ids in order, without duplicates; a non-list is an error."""
-    assert parse_models({"data": [{"id": "a"}, {"id": "b"}, {"id": "a"}, {"x": 1}]}) == ("a", "b")
+    """Model ids in order, without duplicates; entries without a valid id are left out and said."""
+    models, left_out = parse_models(
+        {"data": [{"id": "a"}, {"id": "b"}, {"id": "a"}, {"x": 1}, {"id": "c\n"}]}
+    )
+    assert models == ("a", "b") and "2 of 5 entries" in left_out
+    assert parse_models({"data": [{"id": "a"}]}) == (("a",), "")
+    many, left_out = parse_models({"data": [{"id": f"m{i}"} for i in range(300)]})
+    assert many == tuple(f"m{i}" for i in range(256)) and "300 models, kept the first 256" in left_out
     with pytest.raises(DiscoveryError):
         parse_models({"data": "nope"})
