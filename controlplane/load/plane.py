@@ -6,7 +6,9 @@ step with the durable one: a change is written first (acknowledged only once dur
 registrations apply in commit order. Discovery (network, seconds) runs before the lock.
 
 Workers whose discovery failed (e.g. registered before the engine was up) are asked again
-in the background until it succeeds; explicit endpoints and models are never overwritten.
+in the background until it succeeds, each on its own backoff (first after a second, doubling
+to every ``REDISCOVER_INTERVAL_S``), several at a time; explicit endpoints and models are
+never overwritten.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import structlog
 
@@ -38,6 +40,19 @@ from controlplane.store.workers import WorkerRegistry
 log = structlog.get_logger(__name__)
 
 REDISCOVER_INTERVAL_S = 10.0
+# An engine registered just before it came up is read again this soon (then less and less often).
+REDISCOVER_FIRST_S = 1.0
+# Workers asked at once: a hung one (a few seconds per attempt) must not hold up the others.
+REDISCOVER_CONCURRENCY = 16
+
+
+@dataclass(slots=True)
+class _Retry:
+    """When a worker with an incomplete discovery is asked next."""
+
+    registered_unix_s: float  # the registration this schedule belongs to (a new one starts over)
+    delay_s: float
+    due: float
 
 
 class LoadPlane:
@@ -53,12 +68,15 @@ class LoadPlane:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         rediscover_interval_s: float = REDISCOVER_INTERVAL_S,
+        rediscover_first_s: float = REDISCOVER_FIRST_S,
     ) -> None:
         self._registry = registry
         self._discoverer = discoverer or Discoverer()
         self._clock = clock
         self._wall = wall_clock
         self._rediscover_interval_s = rediscover_interval_s
+        self._rediscover_first_s = min(rediscover_first_s, rediscover_interval_s)
+        self._rediscovery_failing: set[str] = set()  # logged once per failure episode
         self.table = LoadTable(stale_after_s)
         self.hub = LoadHub(self.table, push_interval_s=push_interval_s, clock=clock, drain=self._drain)
         self._subscriber: LoadSubscriber | None = None
@@ -126,7 +144,9 @@ class LoadPlane:
 
     async def deregister(self, url: str) -> None:
         """Remove a worker durably and close its sockets; NOT_FOUND if it is not registered."""
-        key = parse_worker_url(url).url
+        # A URL exactly as listed is always removable, even one an older version let in that
+        # today's validation refuses (the operator must be able to clean up).
+        key = url.strip() if url.strip() in self._workers else parse_worker_url(url).url
         if key not in self._workers:
             # The same host:port under the other scheme (http:// vs h2c://) is the same worker.
             authority = key.split("://", 1)[1]
@@ -235,12 +255,51 @@ class LoadPlane:
     # -- background ---------------------------------------------------------------------
 
     async def run_rediscovery(self) -> None:
-        """Ask again, every interval, the workers whose discovery failed at registration."""
-        while True:
-            await asyncio.sleep(self._rediscover_interval_s)
-            for record in list(self._workers.values()):
-                if record.discovery_error and _incomplete(record):
-                    await self._rediscover(record)
+        """Ask again the workers whose discovery failed, each on its own backoff.
+
+        First ``rediscover_first_s`` after the worker was (re)registered, then doubling up to
+        every ``rediscover_interval_s``: an engine that comes up right after its registration
+        is read within a couple of seconds, one that stays down costs a request every interval.
+        At most ``REDISCOVER_CONCURRENCY`` at once, so a hung worker delays no other; a worker
+        whose answer breaks discovery is logged and asked again later, the loop goes on.
+        """
+        first = self._rediscover_first_s
+        retries: dict[str, _Retry] = {}
+        running: dict[str, asyncio.Task[None]] = {}
+        try:
+            while True:
+                now = self._clock()
+                for url in [url for url, task in running.items() if task.done()]:
+                    del running[url]
+                waiting = {u: r for u, r in self._workers.items() if r.discovery_error and _incomplete(r)}
+                for url in [url for url in retries if url not in waiting]:
+                    del retries[url]
+                for url, record in waiting.items():
+                    retry = retries.get(url)
+                    if retry is None or retry.registered_unix_s != record.register_time_unix_s:
+                        retry = retries[url] = _Retry(record.register_time_unix_s, first, now + first)
+                    if url in running or now < retry.due or len(running) >= REDISCOVER_CONCURRENCY:
+                        continue
+                    running[url] = asyncio.create_task(self._rediscover_in_turn(record, retry))
+                next_due = min((r.due for u, r in retries.items() if u not in running), default=now + first)
+                await asyncio.sleep(min(max(next_due - now, 0.2), first))
+        finally:
+            for task in running.values():
+                task.cancel()
+            await asyncio.gather(*running.values(), return_exceptions=True)
+
+    async def _rediscover_in_turn(self, record: WorkerRecord, retry: _Retry) -> None:
+        try:
+            await self._rediscover(record)
+        except Exception as exc:  # e.g. the store went away, a record an older version stored
+            if record.url not in self._rediscovery_failing:
+                self._rediscovery_failing.add(record.url)
+                log.error("worker_rediscovery_failed", url=record.url, error=repr(exc), exc_info=exc)
+        else:
+            self._rediscovery_failing.discard(record.url)
+        finally:
+            retry.delay_s = min(retry.delay_s * 2, self._rediscover_interval_s)
+            retry.due = self._clock() + retry.delay_s
 
     async def _rediscover(self, record: WorkerRecord) -> None:
         address = parse_worker_url(record.url)
