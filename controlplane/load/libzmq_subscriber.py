@@ -29,7 +29,8 @@ import zmq
 
 from controlplane.load import metrics
 from controlplane.load.batches import BATCH_BUDGET, BatchReader
-from controlplane.load.subscriber import MAX_FRAME_BYTES, TICK_S, SubscribeError
+from controlplane.load.dialer import SubscribeError
+from controlplane.load.subscriber import MAX_FRAME_BYTES, TICK_S
 from controlplane.load.table import FrameOutcome, LoadTable, RankState
 from controlplane.load.wire import WireError, decode_frame
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import structlog
 
 from controlplane.errors import NotFound
+from controlplane.load.dialer import SubscribeError
 from controlplane.load.discovery import Discoverer
 from controlplane.load.hub import LoadHub
 from controlplane.load.registration import (
@@ -33,7 +34,7 @@ from controlplane.load.registration import (
     parse_protocol,
     parse_worker_url,
 )
-from controlplane.load.subscriber import LoadSubscriber, SubscribeError
+from controlplane.load.subscriber import LoadSubscriber
 from controlplane.load.table import LoadTable, WorkerView
 from controlplane.store.workers import WorkerRegistry
 

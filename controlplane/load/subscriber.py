@@ -10,15 +10,15 @@ bench/README.md, ``bench/load_ingest.py --ingest zmtp libzmq``).
 
 Two paths per connection:
 
-* connecting (rare, one task per rank): resolve, connect, greeting, NULL handshake,
-  subscription; on failure or loss, again after 100 ms doubling to 2 s (libzmq's
+* connecting (rare, one task per rank): an attempt is ``dialer.dial`` (resolve,
+  connect, greeting, NULL handshake, subscription); on failure or loss, again after 100 ms doubling to 2 s (libzmq's
   reconnect settings as sgl-router's subscriber uses them), every 10 s once an engine
   has been unreachable for about a minute; retries of all ranks share a 100 ms grid;
-* receiving (hot): every established socket is in one level-triggered selector of ours
-  and only that selector is watched by the event loop. A batch (one callback) reads
+* receiving (hot): every established socket is in one level-triggered epoll of ours
+  and only that epoll is watched by the event loop (``batches.py``). A batch (one callback) reads
   every ready socket once: all frames that arrived meanwhile (several per socket when we
   fell behind: a backlog is worked off in one read, not frame by frame). When the
-  selector signals, ``on_change`` tells the watch hub a push is due and a batch is
+  epoll signals, ``on_change`` tells the watch hub a push is due and a batch is
   scheduled at most once per tick (``tick_s``); the hub calls ``drain`` right before each
   push, so under a steady stream the ingest wakes once per push with everything since
   the last one (a tick of the push interval, as the control plane runs it) instead of
@@ -35,10 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import ipaddress
 import math
-import os
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -48,17 +45,10 @@ import structlog
 
 from controlplane.load import metrics
 from controlplane.load.batches import BATCH_BUDGET, BatchReader
+from controlplane.load.dialer import Endpoint, dial, parse_endpoint
 from controlplane.load.table import FrameOutcome, LoadTable, RankState
 from controlplane.load.wire import WireError, decode_frame
-from controlplane.load.zmtp import (
-    GREETING,
-    GREETING_BYTES,
-    FrameReader,
-    ZmtpError,
-    check_greeting,
-    ready_command,
-    subscribe_message,
-)
+from controlplane.load.zmtp import FrameReader, ZmtpError
 
 log = structlog.get_logger(__name__)
 
@@ -80,17 +70,6 @@ RECONNECT_IVL_MAX_S = 2.0
 LONG_OUTAGE_ATTEMPTS = 35  # ~a minute at the cap above, then every LONG_OUTAGE_IVL_S
 LONG_OUTAGE_IVL_S = 10.0
 RECONNECT_SLOT_S = 0.1
-# The ZMTP handshake; libzmq's handshake interval is 30 s, a loopback one takes ms.
-HANDSHAKE_TIMEOUT_S = 10.0
-# A silently dead engine host is detected by TCP keepalive (then we reconnect), not by
-# ZMTP heartbeats: SGLang's publisher does not enable them (we answer PINGs regardless).
-TCP_KEEPALIVE_IDLE_S = 10
-TCP_KEEPALIVE_INTVL_S = 5
-TCP_KEEPALIVE_CNT = 3
-
-
-class SubscribeError(ValueError):
-    """An endpoint that is not ``tcp://HOST:PORT``."""
 
 
 @dataclass(slots=True, eq=False)
@@ -98,33 +77,14 @@ class _Link:
     """One rank's subscription: the connecting task owns ``sock`` until it is established."""
 
     rank: RankState
-    host: str
-    port: int
-    family: int
+    endpoint: Endpoint
     topic: bytes
-    numeric: bool
     sock: socket.socket | None = None
     reader: FrameReader | None = None
     task: asyncio.Task[None] | None = None
     lost: asyncio.Future[None] | None = None
     closed: bool = False
     failures: int = 0
-
-
-def parse_endpoint(endpoint: str) -> tuple[str, int, int]:
-    """``(host, port, address family)`` of ``tcp://HOST:PORT`` (IPv6 literals in brackets).
-
-    A host name resolves to IPv4 only, as libzmq's with ``ZMQ_IPV6`` off (what SGLang's
-    publisher binds for a non-IPv6 endpoint).
-    """
-    if not endpoint.startswith("tcp://"):
-        raise SubscribeError(f"not a tcp:// endpoint: {endpoint!r}")
-    host, sep, port_text = endpoint[6:].rpartition(":")
-    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise SubscribeError(f"not tcp://HOST:PORT: {endpoint!r}")
-    if host.startswith("[") and host.endswith("]"):
-        return host[1:-1], int(port_text), socket.AF_INET6
-    return host, int(port_text), socket.AF_INET
 
 
 class LoadSubscriber(BatchReader["_Link"]):
@@ -153,12 +113,9 @@ class LoadSubscriber(BatchReader["_Link"]):
 
     def subscribe(self, url: str, ranks: Sequence[RankState], topic: bytes) -> None:
         """(Re)connect ``url``'s ranks: its previous connections are closed first."""
-        targets = [(rank, *parse_endpoint(rank.endpoint)) for rank in ranks]
+        targets = [(rank, parse_endpoint(rank.endpoint)) for rank in ranks]
         self.unsubscribe(url)
-        links = [
-            _Link(rank, host, port, family, topic, _is_address(host, family))
-            for rank, host, port, family in targets
-        ]
+        links = [_Link(rank, endpoint, topic) for rank, endpoint in targets]
         for link in links:
             link.task = self._loop.create_task(self._keep_connected(link))
         self._links[url] = links
@@ -192,7 +149,7 @@ class LoadSubscriber(BatchReader["_Link"]):
         delay = RECONNECT_IVL_S
         while not link.closed:
             try:
-                sock, reader, early = await self._connect(link)
+                dialed = await dial(link.endpoint, link.topic, MAX_FRAME_BYTES)
             except (OSError, ZmtpError, TimeoutError) as exc:
                 # An engine that is down is retried quietly (its ranks show UNKNOWN or
                 # STALE, as with libzmq); a peer that is not a ZMTP publisher is worth a line.
@@ -213,13 +170,14 @@ class LoadSubscriber(BatchReader["_Link"]):
                 delay = min(2 * delay, cap)
                 continue
             if link.closed:  # unsubscribed as the handshake completed
-                sock.close()
+                dialed.sock.close()
                 return
             delay = RECONNECT_IVL_S
             link.failures = 0
             link.lost = self._loop.create_future()
-            self._attach(link, sock, reader)
-            if (early or reader.refused) and self._accept(link, early, self._clock()):
+            self._attach(link, dialed.sock, dialed.reader)
+            early = dialed.early
+            if (early or dialed.reader.refused) and self._accept(link, early, self._clock()):
                 self._on_change()
             try:
                 await link.lost
@@ -232,79 +190,6 @@ class LoadSubscriber(BatchReader["_Link"]):
         # ten wakeups a second, not in one wakeup per rank.
         now = self._loop.time()
         await asyncio.sleep(math.ceil((now + delay_s) / RECONNECT_SLOT_S) * RECONNECT_SLOT_S - now)
-
-    async def _connect(self, link: _Link) -> tuple[socket.socket, FrameReader, list[list[bytes]]]:
-        """A socket through the handshake and subscribed, its reader, and any early messages."""
-        loop = self._loop
-        addresses: list[tuple[int, int, int, tuple[object, ...]]]
-        if link.numeric:  # no resolver round trip (a thread) per attempt for an address
-            addresses = [(link.family, socket.SOCK_STREAM, 0, (link.host, link.port))]
-        else:
-            infos = await loop.getaddrinfo(link.host, link.port, family=link.family, type=socket.SOCK_STREAM)
-            addresses = [(family, kind, proto, address) for family, kind, proto, _, address in infos]
-        error: OSError = OSError(f"{link.host} resolves to no address")
-        for family, kind, proto, address in addresses:
-            sock = socket.socket(family, kind, proto)
-            try:
-                sock.setblocking(False)
-                # A refused connect fails here at once, without a timer or a writer: a
-                # thousand ranks of stopped engines retry 500 times a second.
-                status = sock.connect_ex(address)
-                if status not in (0, errno.EINPROGRESS, errno.EAGAIN):
-                    raise OSError(status, os.strerror(status))
-                return await self._handshake(sock, link.topic, connected=status == 0)
-            except OSError as exc:
-                sock.close()
-                error = exc
-            except BaseException:
-                sock.close()
-                raise
-        raise error
-
-    async def _handshake(
-        self, sock: socket.socket, topic: bytes, *, connected: bool
-    ) -> tuple[socket.socket, FrameReader, list[list[bytes]]]:
-        loop = self._loop
-        if not connected:
-            done = loop.create_future()
-            loop.add_writer(sock.fileno(), _settle, done)
-            try:
-                await done
-            finally:
-                loop.remove_writer(sock.fileno())
-            status = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if status:
-                raise OSError(status, os.strerror(status))
-        _tune(sock)
-        # Bounded from here: an unanswered connect ends with the kernel's SYN retries, as
-        # libzmq's (ZMQ_CONNECT_TIMEOUT 0), without a timer per attempt.
-        async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
-            return await self._greet(sock, topic)
-
-    async def _greet(
-        self, sock: socket.socket, topic: bytes
-    ) -> tuple[socket.socket, FrameReader, list[list[bytes]]]:
-        loop = self._loop
-        await loop.sock_sendall(sock, GREETING)
-        greeting = b""
-        while len(greeting) < GREETING_BYTES:
-            # Exactly the greeting: libzmq sends it in two parts, READY follows it.
-            chunk = await loop.sock_recv(sock, GREETING_BYTES - len(greeting))
-            if not chunk:
-                raise ConnectionError("closed during the greeting")
-            greeting += chunk
-        check_greeting(greeting)
-        await loop.sock_sendall(sock, ready_command())
-        reader = FrameReader(MAX_FRAME_BYTES)
-        early: list[list[bytes]] = []
-        while reader.ready is None:
-            chunk = await loop.sock_recv(sock, RECV_BYTES)
-            if not chunk:
-                raise ConnectionError("closed during the handshake")
-            early += reader.feed(chunk)
-        await loop.sock_sendall(sock, subscribe_message(topic) + b"".join(reader.replies))
-        reader.replies.clear()
-        return sock, reader, early
 
     def _attach(self, link: _Link, sock: socket.socket, reader: FrameReader) -> None:
         link.sock = sock
@@ -420,26 +305,3 @@ class LoadSubscriber(BatchReader["_Link"]):
 
 _OK = FrameOutcome.OK
 _GAP = FrameOutcome.GAP
-
-
-def _settle(done: asyncio.Future[None]) -> None:
-    if not done.done():
-        done.set_result(None)
-
-
-def _is_address(host: str, family: int) -> bool:
-    try:
-        version = ipaddress.ip_address(host).version
-    except ValueError:
-        return False
-    return version == (6 if family == socket.AF_INET6 else 4)
-
-
-def _tune(sock: socket.socket) -> None:
-    """TCP keepalive (a dead host is noticed, then reconnected) and no Nagle for the tiny writes."""
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    if hasattr(socket, "TCP_KEEPIDLE"):  # Linux; macOS has only TCP_KEEPALIVE
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, TCP_KEEPALIVE_IDLE_S)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, TCP_KEEPALIVE_INTVL_S)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, TCP_KEEPALIVE_CNT)
