@@ -220,6 +220,14 @@ def monitors() -> Iterator[Callable[[zmq.Socket[bytes]], Monitor]]:
         monitor.close()
 
 
+def metric(plane: ControlPlaneProcess, series: str) -> float:
+    """One series of the control plane's /metrics (``name`` or ``name{labels}``), -1 when absent."""
+    with urllib.request.urlopen(f"{plane.http_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    found = re.search(rf"^{re.escape(series)} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else -1.0
+
+
 def frame_counters(plane: ControlPlaneProcess) -> dict[str, float]:
     """``fleetplane_load_frames_total{outcome}`` and ``fleetplane_load_dropped_frames_total`` from /metrics."""
     with urllib.request.urlopen(f"{plane.http_url}/metrics", timeout=10) as response:

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -23,6 +22,7 @@ from tests.e2e.audit_loads.conftest import (
     Publisher,
     Watcher,
     fake_url,
+    metric,
     rank,
     until,
     view,
@@ -193,11 +193,7 @@ def test_loads_watch_json_streams_the_full_view_then_changes(
 
 
 def watchers_gauge(plane: ControlPlaneProcess) -> float:
-    with urllib.request.urlopen(f"{plane.http_url}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    found = re.search(r'^fleetplane_control_watchers\{stream="loads"\} (\S+)$', text, re.M)
-    assert found, "no load watchers gauge"
-    return float(found.group(1))
+    return metric(plane, 'fleetplane_control_watchers{stream="loads"}')
 
 
 def test_the_watchers_gauge_follows_open_streams(plane: ControlPlaneProcess, watch) -> None:  # type: ignore[no-untyped-def]

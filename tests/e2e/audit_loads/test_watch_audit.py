@@ -22,6 +22,7 @@ from tests.e2e.audit_loads.conftest import (
     deregister,
     fake_url,
     frame,
+    metric,
     rank,
     register,
     until,
@@ -154,12 +155,16 @@ def test_several_watchers_agree_and_a_late_one_starts_from_a_full_view(stub, pub
         until(lambda w=w: not {url for url, _ in urls} & set(w.latest()))
 
 
-def test_deregistering_pushes_a_removal_and_closes_every_rank_socket(stub, pubs, watch, monitors) -> None:  # type: ignore[no-untyped-def]
+def test_deregistering_pushes_a_removal_and_closes_every_rank_socket(
+    plane, stub, pubs, watch, monitors
+) -> None:  # type: ignore[no-untyped-def]
     """The publisher sees its subscriber leave once the worker is deregistered; watchers see it removed."""
     url = fake_url()
     publishers = [Publisher(*pubs(), dp_rank=i) for i in range(2)]
     seen = [monitors(p.sock) for p in publishers]
+    subscriptions = metric(plane, "fleetplane_load_subscriptions")
     register(stub, url, [f"tcp://127.0.0.1:{p.port}" for p in publishers])
+    assert metric(plane, "fleetplane_load_subscriptions") == subscriptions + 2
     for m in seen:
         until(lambda m=m: m.connected == 1)
     watcher = watch()
@@ -172,6 +177,30 @@ def test_deregistering_pushes_a_removal_and_closes_every_rank_socket(stub, pubs,
     time.sleep(2 * PUSH_INTERVAL_S + 0.3)  # a reconnect would come within the 100 ms backoff
     assert [m.connected for m in seen] == [0, 0]
     assert url not in {w.url for w in stub.ListWorkers(pb.ListWorkersRequest(), timeout=10).workers}
+    assert metric(plane, "fleetplane_load_subscriptions") == subscriptions
+
+
+def test_registering_the_same_host_port_as_h2c_replaces_the_http_worker(stub, pubs, watch, monitors) -> None:  # type: ignore[no-untyped-def]
+    """http://H:P then h2c://H:P: watchers see the first removed and the second added; one subscriber stays."""
+    http_url = fake_url()
+    h2c_url = http_url.replace("http://", "h2c://")
+    p = Publisher(*pubs())
+    seen = monitors(p.sock)
+    register(stub, http_url, [f"tcp://127.0.0.1:{p.port}"])
+    p.join(lambda: rank(stub, http_url).num_running_reqs == 1)
+    watcher = watch()
+    until(lambda: http_url in watcher.latest())
+    stub.RegisterWorker(
+        pb.RegisterWorkerRequest(
+            url=h2c_url, models=["audit-model"], load_endpoints=[f"tcp://127.0.0.1:{p.port}"]
+        ),
+        timeout=30,
+    )
+    until(lambda: http_url not in watcher.latest() and h2c_url in watcher.latest())
+    assert any(http_url in m.removed_urls for _, m in watcher.messages)
+    p.join(lambda: rank(stub, h2c_url).num_running_reqs == 2, running=2)
+    until(lambda: seen.connected == 1 and seen.accepted == 2)  # the old connection went, one new one
+    deregister(stub, h2c_url)
 
 
 def test_re_registering_with_changed_endpoints_moves_the_subscription(stub, pubs, watch, monitors) -> None:  # type: ignore[no-untyped-def]
