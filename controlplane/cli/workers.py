@@ -9,15 +9,18 @@ message (it names the field) and exit 1.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 from controlplane.cli.client import (
+    DEFAULT_TIMEOUT_S,
     CommandError,
     ControlPlaneClient,
     add_connection_arguments,
     message_json,
     table,
 )
+from controlplane.envflags import env_name
 from controlplane.v1 import load_pb2, load_pb2_grpc
 
 PROTOCOLS = {
@@ -32,11 +35,15 @@ PROTOCOL_NAMES = {
     load_pb2.WORKER_PROTOCOL_H2C: "h2c",
 }
 # Discovery may retry two GETs (3 attempts of 2 s each, SPEC §6): give `add` room for that.
-ADD_MIN_TIMEOUT_S = 30.0
+ADD_TIMEOUT_S = 30.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_connection_arguments(parser)
+    if env_name("--timeout-s") not in os.environ:
+        # Unset unless given: `add` then waits for discovery, the others DEFAULT_TIMEOUT_S;
+        # a --timeout-s the operator gives is the deadline, for `add` too (discovery fits in it).
+        parser.set_defaults(timeout_s=None)
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     add_connection_arguments(sub.add_parser("list", help="registered workers"), inherited=True)
     add = sub.add_parser("add", help="register a worker (or replace its registration)")
@@ -70,8 +77,9 @@ def render(workers: list[load_pb2.Worker]) -> str:
         asked = PROTOCOL_NAMES.get(w.protocol, "?")
         resolved = PROTOCOL_NAMES.get(w.resolved_protocol, "?")
         protocol = resolved if asked == resolved else f"{resolved} ({asked})"
-        endpoints = ", ".join(w.load_endpoints) or "-"
         source = "discovered" if w.discovered else "explicit"
+        # Nothing found is not "discovered": the discovery error column says why.
+        endpoints = f"{', '.join(w.load_endpoints)} ({source})" if w.load_endpoints else "-"
         registered = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(w.register_time.seconds))
         rows.append(
             (
@@ -79,7 +87,7 @@ def render(workers: list[load_pb2.Worker]) -> str:
                 protocol,
                 ", ".join(w.models) or "-",
                 w.dp_size,
-                f"{endpoints} ({source})",
+                endpoints,
                 registered,
                 w.discovery_error,
             )
@@ -92,6 +100,8 @@ def render(workers: list[load_pb2.Worker]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     command = f"workers {args.action}"
+    if args.timeout_s is None:
+        args.timeout_s = ADD_TIMEOUT_S if args.action == "add" else DEFAULT_TIMEOUT_S
     try:
         with ControlPlaneClient.from_args(args) as client:
             stub = load_pb2_grpc.LoadServiceStub(client.channel)
@@ -99,7 +109,6 @@ def run(args: argparse.Namespace) -> int:
                 listed = client.call(stub.ListWorkers, load_pb2.ListWorkersRequest())
                 print(message_json(listed) if args.output == "json" else render(list(listed.workers)))
             elif args.action == "add":
-                client.timeout_s = max(client.timeout_s, ADD_MIN_TIMEOUT_S)
                 request = load_pb2.RegisterWorkerRequest(
                     url=args.url,
                     protocol=PROTOCOLS[args.protocol],

@@ -45,6 +45,7 @@ REDISCOVER_INTERVAL_S = 10.0
 REDISCOVER_FIRST_S = 1.0
 # Workers asked at once: a hung one (a few seconds per attempt) must not hold up the others.
 REDISCOVER_CONCURRENCY = 16
+RETRY_NOTE = "; asked again in the background"
 
 
 @dataclass(slots=True)
@@ -181,16 +182,18 @@ class LoadPlane:
                 endpoints, topic, discovered = found.load_endpoints, found.load_topic, True
             if not models:
                 models = found.models
-        return WorkerRecord(
-            url=address.url,
-            protocol=asked,
-            resolved_protocol=resolved,
-            models=models,
-            load_endpoints=endpoints,
-            load_topic=topic,
-            discovered=discovered,
-            register_time_unix_s=self._wall(),
-            discovery_error=error,
+        return _noted(
+            WorkerRecord(
+                url=address.url,
+                protocol=asked,
+                resolved_protocol=resolved,
+                models=models,
+                load_endpoints=endpoints,
+                load_topic=topic,
+                discovered=discovered,
+                register_time_unix_s=self._wall(),
+                discovery_error=error,
+            )
         )
 
     async def _commit(self, record: WorkerRecord) -> None:
@@ -310,15 +313,17 @@ class LoadPlane:
         )
         auto = record.protocol is Protocol.AUTO and address.scheme != "h2c"
         protocol_read = auto and not found.error.startswith("protocol AUTO assumed")
-        updated = replace(
-            record,
-            resolved_protocol=found.resolved_protocol if protocol_read else record.resolved_protocol,
-            load_endpoints=found.load_endpoints
-            if want_endpoints and found.load_endpoints
-            else record.load_endpoints,
-            load_topic=found.load_topic if want_endpoints and found.load_endpoints else record.load_topic,
-            models=record.models or found.models,
-            discovery_error=found.error,
+        updated = _noted(
+            replace(
+                record,
+                resolved_protocol=found.resolved_protocol if protocol_read else record.resolved_protocol,
+                load_endpoints=found.load_endpoints
+                if want_endpoints and found.load_endpoints
+                else record.load_endpoints,
+                load_topic=found.load_topic if want_endpoints and found.load_endpoints else record.load_topic,
+                models=record.models or found.models,
+                discovery_error=found.error,
+            )
         )
         if updated == record:
             return
@@ -334,6 +339,14 @@ class LoadPlane:
             endpoints=list(updated.load_endpoints),
             discovery_error=updated.discovery_error or None,
         )
+
+
+def _noted(record: WorkerRecord) -> WorkerRecord:
+    """Say in ``discovery_error`` that the worker will be asked again, when it will (SPEC §6:
+    an operator reading `workers add` or `workers list` must not have to guess)."""
+    if record.discovery_error and _incomplete(record) and not record.discovery_error.endswith(RETRY_NOTE):
+        return replace(record, discovery_error=record.discovery_error + RETRY_NOTE)
+    return record
 
 
 def _incomplete(record: WorkerRecord) -> bool:
