@@ -16,8 +16,11 @@ import msgspec
 
 LOAD_TOPIC = b"load"
 SEQ_BYTES = 8
-# A LoadStat is ~20 bytes; anything far larger is garbage and is refused before decoding.
-MAX_PAYLOAD_BYTES = 1024
+# A LoadStat is ~20 bytes, but extra trailing elements are valid (SPEC §7: a later
+# revision's fields, whatever they hold), so the bound is the ingest's frame limit
+# (``subscriber.MAX_FRAME_BYTES``), not the size of today's fields: 1 KiB refused a valid
+# frame whose later field was a few KiB. Anything larger is refused before decoding.
+MAX_PAYLOAD_BYTES = 64 * 1024
 
 
 # Counts are never negative, and below 2**52 so that a worker's sums over up to 1024 ranks
@@ -76,3 +79,8 @@ def decode_frame(frames: list[bytes] | tuple[bytes, ...]) -> tuple[int, LoadStat
         return seq, _decoder.decode(payload)
     except msgspec.DecodeError as exc:
         raise WireError(f"bad LoadStat payload: {exc}") from None
+    except RecursionError:
+        # msgspec walks nested containers (trailing elements included) recursively and
+        # raises RecursionError past Python's limit: a 1 KiB payload of nested arrays did.
+        # It is garbage like any other, never an error that escapes into the ingest.
+        raise WireError("bad LoadStat payload: nested too deeply") from None

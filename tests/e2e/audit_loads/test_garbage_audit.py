@@ -218,3 +218,42 @@ def test_a_1_mib_frame_does_not_hold_up_the_next_frame_in_a_busy_fleet(
     )
     assert arrived - sent_at < STALE_AFTER_S
     deregister(stub, busy.url)
+
+
+def test_a_sizeable_trailing_element_is_still_accepted(
+    stub: load_pb2_grpc.LoadServiceStub, publisher: Publisher
+) -> None:
+    """Extra trailing elements are accepted (SPEC §7) whatever they hold: a later field of a few KiB too."""
+    url = publisher.url
+    for extra in (b"x" * 300, b"y" * 4000, list(range(2000))):
+        seq = publisher.seq
+        publisher.seq += 1
+        publisher.send_raw([b"load", seq8(seq), tagged(6, 1, 2, 3, 0, extra)])
+        until(lambda seq=seq: rank(stub, url).seq == seq, timeout_s=5)
+    r = rank(stub, url)
+    assert (r.num_running_reqs, r.malformed_frames) == (6, 0)
+
+
+def test_deeply_nested_msgpack_is_malformed_and_watchers_keep_getting_pushes(
+    stub: load_pb2_grpc.LoadServiceStub, publisher: Publisher, pubs, watch
+) -> None:  # type: ignore[no-untyped-def]
+    """A 1 KiB payload of nested arrays after the fields (Python's recursion limit) is one malformed frame, not a dead hub."""
+    other = Publisher(*pubs())
+    other.url = fake_url()
+    register(stub, other.url, [f"tcp://127.0.0.1:{other.port}"])
+    other.join(lambda: rank(stub, other.url).frames_received > 0)
+    watcher = watch()
+    until(lambda: len(watcher.messages) >= 1)
+    url = publisher.url
+    before = rank(stub, url)
+    header = tagged(1, 2, 3, 4, 0)
+    deep = bytes([header[0] + 1]) + header[1:] + b"\x91" * (1023 - len(header)) + b"\x00"
+    assert len(deep) == 1024
+    publisher.send_raw([b"load", seq8(publisher.seq), deep])
+    publisher.seq += 1
+    until(lambda: rank(stub, url).malformed_frames == before.malformed_frames + 1, timeout_s=5)
+    other.send(running=77)
+    until(lambda: any(w.num_running_reqs == 77 for w in watcher.workers(other.url)), timeout_s=5)
+    publisher.send(running=78)
+    until(lambda: any(w.num_running_reqs == 78 for w in watcher.workers(url)), timeout_s=5)
+    deregister(stub, other.url)

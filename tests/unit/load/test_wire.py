@@ -49,6 +49,13 @@ def test_decode_tolerates_extra_trailing_elements() -> None:
     assert decode_frame([b"load", (3).to_bytes(8, "big"), payload]) == (3, LoadStat(5, 6, 7, 8, 1))
 
 
+def test_decode_tolerates_trailing_elements_of_a_few_kib() -> None:
+    """Extra trailing elements are valid whatever they hold (SPEC §7), up to the ingest's frame limit."""
+    payload = _raw.encode(["LoadStat", 5, 6, 7, 8, 1, "x" * 4000, list(range(2000))])
+    assert len(payload) > 4096
+    assert decode_frame([b"load", (3).to_bytes(8, "big"), payload]) == (3, LoadStat(5, 6, 7, 8, 1))
+
+
 def test_decode_tolerates_missing_rank_element() -> None:
     """A five-element stat (older shape, no rank) reads as rank None."""
     payload = _raw.encode(["LoadStat", 5, 6, 7, 8])
@@ -74,7 +81,12 @@ MALFORMED: list[tuple[str, list[bytes]]] = [
     ("short seq", [b"load", b"\x00\x01", GOLDEN_WITH_RANK]),
     ("long seq", [b"load", b"\x00" * 9, GOLDEN_WITH_RANK]),
     ("negative seq", [b"load", (-1).to_bytes(8, "big", signed=True), GOLDEN_WITH_RANK]),
-    ("oversized payload", [b"load", _SEQ, b"\x90" * 2048]),
+    ("oversized payload", [b"load", _SEQ, _raw.encode(["LoadStat", 1, 2, 3, 4, 0, b"x" * 65536])]),
+    (
+        "nested past the recursion limit",
+        [b"load", _SEQ, b"\x97" + GOLDEN_WITH_RANK[1:] + b"\x91" * 1008 + b"\x00"],
+    ),
+    ("nested far past it", [b"load", _SEQ, b"\x97" + GOLDEN_WITH_RANK[1:] + b"\x81\x00" * 30_000 + b"\x00"]),
     ("empty payload", [b"load", _SEQ, b""]),
     ("not msgpack", [b"load", _SEQ, b"\xc1garbage"]),
     ("wrong tag", [b"load", _SEQ, _raw.encode(["KvStat", 1, 2, 3, 4, 0])]),
