@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import zmq
+
 from controlplane.v1 import load_pb2 as pb
 from controlplane.v1 import load_pb2_grpc
 from tests.e2e.audit_loads.conftest import (
@@ -126,4 +128,24 @@ def test_gaps_and_restarts_are_counted_exactly_and_match_metrics(
     assert after["restart"] - before["restart"] == 2
     assert after["ok"] - before["ok"] == 4
     assert after["malformed"] == before["malformed"]
+    deregister(stub, url)
+
+
+def test_a_burst_of_frames_is_accounted_exactly(stub: load_pb2_grpc.LoadServiceStub, pubs) -> None:  # type: ignore[no-untyped-def]
+    """5000 frames sent back to back (a deep send queue, so none is lost): every one counted, none dropped."""
+    url = fake_url()
+    p = Publisher(*pubs())
+    p.sock.setsockopt(zmq.SNDHWM, 100_000)
+    register(stub, url, [f"tcp://127.0.0.1:{p.port}"])
+    p.join(lambda: rank(stub, url).frames_received > 0)
+    start = rank(stub, url)
+    p.seq = start.seq + 1
+    for i in range(5000):
+        # Values of every size class, so message lengths vary and reads split them anywhere.
+        p.send(running=i, waiting=i * 37 % 1000, tokens=i * 100_003, capacity=2**40)
+    until(lambda: rank(stub, url).seq == start.seq + 5000)
+    r = rank(stub, url)
+    assert r.frames_received == start.frames_received + 5000
+    assert (r.dropped_frames, r.malformed_frames, r.publisher_restarts) == (0, 0, 0)
+    assert (r.num_running_reqs, r.num_tokens, r.max_total_num_tokens) == (4999, 4999 * 100_003, 2**40)
     deregister(stub, url)
