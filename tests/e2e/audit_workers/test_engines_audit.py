@@ -4,6 +4,7 @@ engine advertises is what the control plane subscribes to, and the load flows.""
 from __future__ import annotations
 
 import time
+import urllib.request
 
 from controlplane.v1 import load_pb2 as pb
 from controlplane.v1 import load_pb2_grpc
@@ -120,3 +121,28 @@ def test_registering_a_live_worker_again_keeps_its_load_view(stub: Stub) -> None
         assert after.ranks[0].frames_received >= before.frames_received
         assert after.ranks[0].publisher_restarts == 0
     stub.DeregisterWorker(pb.DeregisterWorkerRequest(url=sim.url), timeout=10)
+
+
+def test_a_load_endpoint_that_is_no_publisher_harms_no_other_worker(stub: Stub) -> None:
+    """An operator typo: the engine's HTTP port given as its load endpoint. That worker stays
+    UNKNOWN; a real engine registered beside it stays FRESH and the control plane keeps answering."""
+    with (
+        EngineSim(
+            "--load-publish-endpoint", "auto", "--kv-events-endpoint", kv_endpoint_with_free_load_ports(1)
+        ) as sim,
+        EngineSim("--model", "typo") as typo,
+    ):
+        register(stub, sim.url)
+        wrong = register(stub, typo.url, models=("typo",), endpoints=(f"tcp://127.0.0.1:{typo.port}",))
+        assert list(wrong.load_endpoints) == [f"tcp://127.0.0.1:{typo.port}"]
+        until(lambda: fresh(stub, sim.url))
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            views = loads(stub)
+            assert views[sim.url].freshness == pb.FRESHNESS_FRESH
+            assert views[typo.url].freshness == pb.FRESHNESS_UNKNOWN
+            time.sleep(0.2)
+        with urllib.request.urlopen(typo.url + "/health", timeout=5) as resp:
+            assert resp.status == 200  # the engine did not suffer from the stray ZMTP greeting either
+    for url in (sim.url, typo.url):
+        stub.DeregisterWorker(pb.DeregisterWorkerRequest(url=url), timeout=10)
