@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 import ssl
@@ -115,6 +116,8 @@ class ControlPlane:
         self._tasks: list[asyncio.Task[None]] = []
         self._http: StatusHttpServer | None = None
         self._stopping = False
+        self._failed: list[str] = []  # background tasks that died
+        self._health_updates: set[asyncio.Future[None]] = set()
         self._store_open = False
         self.grpc_address: Address | None = None
         self.http_address: Address | None = None
@@ -169,14 +172,15 @@ class ControlPlane:
         self.grpc_address = Address(settings.listen.host, port)
 
         for component in self._components:
+            services = [binding.name for binding in component.services]
             for run in component.background:
                 task = asyncio.create_task(run(), name=f"background:{getattr(run, '__qualname__', run)}")
-                task.add_done_callback(self._background_done)
+                task.add_done_callback(functools.partial(self._background_done, services))
                 self._tasks.append(task)
 
         if settings.http_listen is not None:
             sections = [s for c in self._components for s in c.status_sections]
-            self._http = StatusHttpServer(sections, healthy=lambda: not self._stopping)
+            self._http = StatusHttpServer(sections, unhealthy=self._unhealthy)
             try:
                 _, http_port = await self._http.start(settings.http_listen.host, settings.http_listen.port)
             except OSError as exc:
@@ -203,9 +207,26 @@ class ControlPlane:
         except TokenFileError as exc:
             raise SettingsError(f"--auth-tokens {path}: {exc}") from None
 
-    def _background_done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("background_task_failed", task=task.get_name(), exc_info=task.exception())
+    def _background_done(self, services: list[str], task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None or self._stopping:
+            return
+        log.error("background_task_failed", task=task.get_name(), exc_info=task.exception())
+        # The process keeps answering, but what the task did has stopped (a dead LoadHub.run
+        # froze every WatchLoads stream): say so where supervisors look, rather than stay
+        # healthy. The component's services and the server as a whole turn NOT_SERVING.
+        self._failed.append(task.get_name())
+        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("", *services):
+            update = asyncio.ensure_future(self._health.set(name, not_serving))
+            self._health_updates.add(update)
+            update.add_done_callback(self._health_updates.discard)
+
+    def _unhealthy(self) -> str:
+        if self._stopping:
+            return "stopping"
+        if self._failed:
+            return f"background task failed: {', '.join(self._failed)}"
+        return ""
 
     async def stop(self) -> None:
         """Idempotent graceful stop; every listener, task and the store are closed."""

@@ -31,9 +31,10 @@ _REASONS = {
 
 
 class StatusHttpServer:
-    def __init__(self, sections: Sequence[StatusSection], healthy: Callable[[], bool]) -> None:
+    def __init__(self, sections: Sequence[StatusSection], unhealthy: Callable[[], str]) -> None:
+        """``unhealthy()`` is why ``/healthz`` fails (one line), or empty while healthy."""
         self._sections = sections
-        self._healthy = healthy
+        self._unhealthy = unhealthy
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
@@ -52,8 +53,8 @@ class StatusHttpServer:
         if path == "/metrics":
             return 200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY)
         if path == "/healthz":
-            ok = self._healthy()
-            return (200 if ok else 503), "text/plain; charset=utf-8", b"ok\n" if ok else b"stopping\n"
+            reason = self._unhealthy()
+            return (503 if reason else 200), "text/plain; charset=utf-8", f"{reason or 'ok'}\n".encode()
         if path in ("/", "/status"):
             page = render_page("fleetplane control plane", self._sections)
             return 200, "text/html; charset=utf-8", page.encode()
