@@ -81,10 +81,12 @@ def parse_worker_url(raw: str, field_name: str = "url") -> WorkerAddress:
     parts = _split(text, field_name)
     scheme = parts.scheme.lower()
     if scheme not in WORKER_SCHEMES:
-        raise InvalidArgument(f"{field_name}: scheme must be http or h2c, got {raw!r}", field=field_name)
+        raise InvalidArgument(
+            f"{field_name}: scheme must be http or h2c, got {_shown(raw)}", field=field_name
+        )
     if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
         raise InvalidArgument(
-            f"{field_name}: must be a base URL without path, query or credentials, got {raw!r}",
+            f"{field_name}: must be a base URL without path, query or credentials, got {_shown(raw)}",
             field=field_name,
         )
     host, port = _host_port(parts, raw, field_name)
@@ -97,9 +99,9 @@ def parse_load_endpoint(raw: str, worker: WorkerAddress, field_name: str = "load
     text = raw.strip()
     parts = _split(text, field_name)
     if parts.scheme.lower() != "tcp":
-        raise InvalidArgument(f"{field_name}: must be tcp://HOST:PORT, got {raw!r}", field=field_name)
+        raise InvalidArgument(f"{field_name}: must be tcp://HOST:PORT, got {_shown(raw)}", field=field_name)
     if parts.path or parts.query or parts.fragment or parts.username or parts.password:
-        raise InvalidArgument(f"{field_name}: must be tcp://HOST:PORT, got {raw!r}", field=field_name)
+        raise InvalidArgument(f"{field_name}: must be tcp://HOST:PORT, got {_shown(raw)}", field=field_name)
     netloc = parts.netloc
     wildcard = netloc.rsplit(":", 1)[0] in WILDCARD_HOSTS
     host, port = (
@@ -108,7 +110,7 @@ def parse_load_endpoint(raw: str, worker: WorkerAddress, field_name: str = "load
         else _host_port(parts, raw, field_name)
     )
     if port is None:
-        raise InvalidArgument(f"{field_name}: a port is required, got {raw!r}", field=field_name)
+        raise InvalidArgument(f"{field_name}: a port is required, got {_shown(raw)}", field=field_name)
     return tcp_endpoint(host, port)
 
 
@@ -136,7 +138,7 @@ def parse_models(raws: list[str]) -> tuple[str, ...]:
     for i, name in enumerate(raws):
         if not is_model_name(name):
             raise InvalidArgument(
-                f"models[{i}]: must be a printable name of 1..{MAX_MODEL_NAME} characters, got {name!r}",
+                f"models[{i}]: must be a printable name of 1..{MAX_MODEL_NAME} characters, got {_shown(name)}",
                 field="models",
             )
         if name not in models:
@@ -179,7 +181,7 @@ def _split(text: str, field_name: str) -> SplitResult:
     try:
         return urlsplit(text)
     except ValueError as exc:
-        raise InvalidArgument(f"{field_name}: not a URL ({exc}): {text!r}", field=field_name) from None
+        raise InvalidArgument(f"{field_name}: not a URL ({exc}): {_shown(text)}", field=field_name) from None
 
 
 def _host_port(parts: SplitResult, raw: str, field_name: str) -> tuple[str, int | None]:
@@ -187,16 +189,18 @@ def _host_port(parts: SplitResult, raw: str, field_name: str) -> tuple[str, int 
         host = parts.hostname
         port = parts.port
     except ValueError:
-        raise InvalidArgument(f"{field_name}: port must be 1..65535, got {raw!r}", field=field_name) from None
+        raise InvalidArgument(
+            f"{field_name}: port must be 1..65535, got {_shown(raw)}", field=field_name
+        ) from None
     if not host:
-        raise InvalidArgument(f"{field_name}: a host is required, got {raw!r}", field=field_name)
+        raise InvalidArgument(f"{field_name}: a host is required, got {_shown(raw)}", field=field_name)
     if port == 0:
-        raise InvalidArgument(f"{field_name}: port must be 1..65535, got {raw!r}", field=field_name)
+        raise InvalidArgument(f"{field_name}: port must be 1..65535, got {_shown(raw)}", field=field_name)
     if "[" in parts.netloc or ":" in host:
         host = _ipv6(host, raw, field_name)
     elif not is_host_name(host):
         raise InvalidArgument(
-            f"{field_name}: bad host in {raw!r} (an IP address or a DNS name: ASCII labels of 1..63"
+            f"{field_name}: bad host in {_shown(raw)} (an IP address or a DNS name: ASCII labels of 1..63"
             f" characters, {MAX_HOST_NAME} in all)",
             field=field_name,
         )
@@ -224,12 +228,17 @@ def _ipv6(host: str, raw: str, field_name: str) -> str:
     except ValueError:
         address = None
     if address is None or address.scope_id is not None:
-        raise InvalidArgument(f"{field_name}: bad IPv6 address in {raw!r}", field=field_name)
+        raise InvalidArgument(f"{field_name}: bad IPv6 address in {_shown(raw)}", field=field_name)
     return str(address)
 
 
 def _wildcard_port(netloc: str, raw: str, field_name: str) -> int:
     _, _, port_text = netloc.rpartition(":")
     if not port_text.isdigit() or not 0 < int(port_text) <= 65535:
-        raise InvalidArgument(f"{field_name}: port must be 1..65535, got {raw!r}", field=field_name)
+        raise InvalidArgument(f"{field_name}: port must be 1..65535, got {_shown(raw)}", field=field_name)
     return int(port_text)
+
+
+def _shown(value: str, limit: int = 120) -> str:
+    """``value`` quoted for a refusal, cut so the reason after it stays readable."""
+    return repr(value) if len(value) <= limit else repr(value[:limit]) + f"… ({len(value)} characters)"

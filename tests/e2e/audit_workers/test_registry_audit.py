@@ -194,3 +194,24 @@ def test_roles_router_and_viewer_list_but_only_admin_registers(tmp_path: Path) -
             assert removed.returncode == 1 and "PERMISSION_DENIED" in removed.stderr
         assert fleetplane("workers", "remove", url, *target, "--token", "admin-secret").returncode == 0
         assert "secret" not in "".join(cp.log_lines)
+
+
+@pytest.mark.parametrize(
+    ("url", "endpoints", "models", "field"),
+    [
+        ("http://" + "a" * 20_000 + ":1", (), (), "url"),
+        ("http://127.0.0.1:5991/" + "p" * 20_000, (), (), "url"),
+        ("http://127.0.0.1:5991", ("tcp://" + "b" * 20_000 + ":1",), ("m",), "load_endpoints[0]"),
+        ("http://127.0.0.1:5991", EP, ("\x00" * 20_000,), "models[0]"),
+    ],
+)
+def test_a_huge_refused_value_is_still_invalid_argument_naming_the_field(
+    stub: Stub, url: str, endpoints: tuple[str, ...], models: tuple[str, ...], field: str
+) -> None:
+    """A refusal quoting a 20 KB value must not outgrow gRPC's metadata limit (the client would see
+    RESOURCE_EXHAUSTED "Stream removed" and never learn which field was wrong)."""
+    err = refusal(lambda: register(stub, url, protocol=H1, models=models, endpoints=endpoints))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+    assert (err.details() or "").startswith(f"{field}: ") and len(err.details() or "") < 2048
+    gone = refusal(lambda: stub.DeregisterWorker(pb.DeregisterWorkerRequest(url=url), timeout=10))
+    assert gone.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
