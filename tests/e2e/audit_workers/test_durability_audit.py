@@ -27,7 +27,8 @@ from tests.fakes.engine_sim import EngineSim, kv_endpoint_with_free_load_ports
 
 def test_a_discovered_worker_survives_kill_9_right_after_the_ack_and_its_load_flows_again() -> None:
     """RegisterWorker acknowledged, then SIGKILL at once: after a restart the worker is listed as
-    acknowledged (discovered endpoints, protocol, models) and its two ranks turn FRESH again."""
+    acknowledged (discovered endpoints, protocol, models) and its two ranks turn FRESH again; the
+    same after a graceful restart."""
     sim_flags = ("--http2", "--dp-size", "2", "--model", "durable", "--load-publish-endpoint", "auto")
     with (
         EngineSim(*sim_flags, "--kv-events-endpoint", kv_endpoint_with_free_load_ports(2)) as sim,
@@ -41,7 +42,11 @@ def test_a_discovered_worker_survives_kill_9_right_after_the_ack_and_its_load_fl
             stub = load_pb2_grpc.LoadServiceStub(channel)
             assert listed(stub)[sim.url] == acked
             until(lambda: fresh(stub, sim.url))
-            assert len(listed(stub)[sim.url].load_endpoints) == 2
+        cp.restart()  # a graceful stop and start as well
+        with grpc.insecure_channel(cp.target) as channel:
+            stub = load_pb2_grpc.LoadServiceStub(channel)
+            assert listed(stub)[sim.url] == acked
+            until(lambda: fresh(stub, sim.url))
 
 
 def test_a_deregistration_survives_kill_9_right_after_the_ack() -> None:

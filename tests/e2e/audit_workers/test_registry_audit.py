@@ -215,3 +215,15 @@ def test_a_huge_refused_value_is_still_invalid_argument_naming_the_field(
     assert (err.details() or "").startswith(f"{field}: ") and len(err.details() or "") < 2048
     gone = refusal(lambda: stub.DeregisterWorker(pb.DeregisterWorkerRequest(url=url), timeout=10))
     assert gone.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
+
+
+def test_list_workers_is_sorted_by_url(stub: Stub) -> None:
+    """ListWorkers (and so `workers list`) is sorted by URL whatever the registration order (SPEC §6 proto)."""
+    urls = ["http://127.0.0.1:5989", "h2c://127.0.0.1:5987", "http://127.0.0.1:5988"]
+    for url in urls:
+        register(stub, url, protocol=pb.WORKER_PROTOCOL_H2C, models=("m",), endpoints=EP)
+    order = list(stub.ListWorkers(pb.ListWorkersRequest(), timeout=10).workers)
+    assert [w.url for w in order] == sorted(w.url for w in order)
+    assert set(urls) <= {w.url for w in order}
+    for url in urls:
+        stub.DeregisterWorker(pb.DeregisterWorkerRequest(url=url), timeout=10)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import time
+import urllib.request
 
 import grpc
 import pytest
@@ -24,6 +25,7 @@ from tests.e2e.audit_workers.conftest import (
     server_info,
     until,
 )
+from tests.fakes.control_plane import ControlPlaneProcess
 
 Stub = load_pb2_grpc.LoadServiceStub
 
@@ -225,3 +227,18 @@ def test_background_discovery_survives_a_worker_with_a_poisonous_server_info(stu
     assert list(worker.load_endpoints) == ["tcp://127.0.0.1:7800", "tcp://127.0.0.1:7801"]
     assert list(worker.models) == ["good"] and worker.discovery_error == ""
     assert "endpoint_host" in listed(stub)[bad_url].discovery_error
+
+
+def test_what_a_worker_says_reaches_the_status_page_escaped(stub: Stub, plane: ControlPlaneProcess) -> None:
+    """Model ids and /server_info text are the worker's words: the status page shows them as text."""
+    evil = "<img src=x onerror=alert(1)>"
+    info = json.dumps(
+        {"kv_events": {"load_endpoint_port_base": "<b>7000</b>", "load_topic": "load"}}
+    ).encode()
+    with FakeWorker({"/server_info": (200, info), "/v1/models": (200, models(evil))}) as worker:
+        got = register(stub, worker.url)
+    assert list(got.models) == [evil] and "<b>7000</b>" in got.discovery_error
+    with urllib.request.urlopen(plane.http_url + "/", timeout=10) as resp:
+        page = resp.read().decode()
+    assert worker.url in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert evil not in page and "<b>7000</b>" not in page
