@@ -205,3 +205,70 @@ def test_the_watchers_gauge_follows_open_streams(plane: ControlPlaneProcess, wat
     for w in opened:
         w.call.cancel()
     until(lambda: watchers_gauge(plane) == 0)
+
+
+def test_loads_watch_redraws_the_table_with_new_values(
+    plane: ControlPlaneProcess, stub: load_pb2_grpc.LoadServiceStub, pubs
+) -> None:  # type: ignore[no-untyped-def]
+    """`fleetplane loads --watch` (table): each redraw shows the worker's newest numbers; Ctrl-C exits 0."""
+    url = fake_url()
+    p = Publisher(*pubs())
+    stub.RegisterWorker(
+        pb.RegisterWorkerRequest(
+            url=url,
+            protocol=pb.WORKER_PROTOCOL_HTTP1,
+            models=["m"],
+            load_endpoints=[f"tcp://127.0.0.1:{p.port}"],
+        ),
+        timeout=10,
+    )
+    p.join(lambda: rank(stub, url).num_running_reqs == 3, running=3)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from controlplane.cli.main import main; sys.exit(main())",
+            "loads",
+            "--watch",
+            "--control-plane",
+            plane.target,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    screens: list[str] = []
+    try:
+        assert proc.stdout is not None
+        header = ""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if line.startswith("WORKER"):
+                header = line
+            elif header and line.startswith(url + " "):
+                screens.append(header + line)
+                if table_row(screens[-1], url)["RUNNING"] == "11":
+                    break
+                p.send(running=11, waiting=4, tokens=600, capacity=1000)  # redrawn at least once a second
+        else:
+            raise AssertionError(f"no redraw showed the new values: {screens[-3:]}")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5)
+    row = table_row(screens[-1], url)
+    assert (row["FRESHNESS"], row["WAITING"], row["KV TOKENS"], row["RANKS"]) == (
+        "FRESH",
+        "4",
+        "600/1000",
+        "1",
+    )
+    assert row["KV CACHE"].endswith("60%")
+    assert code == 0
+    stub.DeregisterWorker(pb.DeregisterWorkerRequest(url=url), timeout=10)
