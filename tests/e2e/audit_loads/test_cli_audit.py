@@ -262,6 +262,7 @@ def test_loads_watch_redraws_the_table_with_new_values(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(5)
+    assert table_row(screens[0], url)["RUNNING"] == "3"
     row = table_row(screens[-1], url)
     assert (row["FRESHNESS"], row["WAITING"], row["KV TOKENS"], row["RANKS"]) == (
         "FRESH",
