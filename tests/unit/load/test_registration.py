@@ -50,6 +50,8 @@ def test_worker_url_is_normalised(raw: str, url: str) -> None:
         ("http://\u00fc.example:1", "host"),
         ("http://[v1.x]:1", "IPv6"),
         ("http://[fe80::1%25eth0]:1", "IPv6"),
+        ("http://0.0.0.0:1", "bind-all"),
+        ("h2c://[::]:1", "bind-all"),
     ],
 )
 def test_bad_worker_url_names_the_field(raw: str, words: str) -> None:
