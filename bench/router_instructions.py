@@ -105,7 +105,7 @@ async def _drive(mode: str, n: int) -> None:
     from dataplane.http import Request, Responder, ServerLimits
     from dataplane.http.context import ServerContext
     from dataplane.http.http1 import Http1Connection
-    from dataplane.router import upstream_h1
+    from dataplane.router import h1_connection, upstream_h1
     from dataplane.router.app import Router
     from dataplane.router.settings import build_parser, settings_from_args
     from dataplane.router.workers import WorkerSpec
@@ -117,8 +117,8 @@ async def _drive(mode: str, n: int) -> None:
         router = Router(settings_from_args(build_parser().parse_args(args)))
         router.state.apply_workers([WorkerSpec(url, "http1", (MODEL,))])
 
-        async def connect(pool: upstream_h1.H1Pool, _: object, __: float) -> upstream_h1._Connection:
-            conn = upstream_h1._Connection(pool)
+        async def connect(pool: upstream_h1.H1Pool, _: object, __: float) -> h1_connection.H1Connection:
+            conn = h1_connection.H1Connection(pool)
             # The worker answers in a later loop turn, as a socket read would.
             conn.connection_made(
                 MemoryTransport(lambda _: loop.call_soon(conn.data_received, UPSTREAM_ANSWER))

@@ -36,8 +36,8 @@ from dataplane.router.upstream import UpstreamResponse
 from dataplane.router.workers import Worker
 
 if TYPE_CHECKING:
+    from dataplane.router.h1_connection import H1Connection
     from dataplane.router.proxy import Proxy
-    from dataplane.router.upstream_h1 import _Connection
 
 _log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Exchange:
         self._slot = slot
         self._extra = extra
         self._stream = stream
-        self.conn: _Connection | None = None  # until the head arrives: abandoned if the client leaves
+        self.conn: H1Connection | None = None  # until the head arrives: abandoned if the client leaves
 
     # -- upstream.ResponseListener ---------------------------------------------------------
     def on_response(self, response: UpstreamResponse) -> None:
