@@ -178,9 +178,11 @@ class Discoverer:
         models: tuple[str, ...] = ()
         errors: list[str] = []
         unreachable = False
+        spoke: set[bool] = set()  # whether answers came over h2c
         if want_endpoints or forced is Protocol.AUTO:
             try:
                 body, spoke_h2c = await self._get_json(worker, "/server_info", h2c_first, deadline)
+                spoke.add(spoke_h2c)
                 info = parse_server_info(body, worker)
             except DiscoveryError as exc:
                 unreachable = isinstance(exc, Unreachable)
@@ -198,13 +200,18 @@ class Discoverer:
                         errors.append(info.load_reason)
         if want_models and not unreachable:
             try:
-                body, _ = await self._get_json(worker, "/v1/models", h2c_first, deadline)
+                body, spoke_h2c = await self._get_json(worker, "/v1/models", h2c_first, deadline)
+                spoke.add(spoke_h2c)
                 models, left_out = parse_models(body)
             except DiscoveryError as exc:
                 errors.append(str(exc))
             else:
                 if left_out:
                     errors.append(left_out)
+        if forced is not Protocol.AUTO and spoke == {forced is not Protocol.H2C}:
+            # Kept as asked (the operator's call), but said: routers will fail to speak to it.
+            asked, answered = ("h2c", "HTTP/1.1") if forced is Protocol.H2C else ("HTTP/1.1", "h2c")
+            errors.append(f"the worker answered only over {answered}, not {asked} as asked")
         return Discovery(resolved, endpoints, topic, models, "; ".join(errors))
 
     async def _get_json(

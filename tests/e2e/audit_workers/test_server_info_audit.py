@@ -242,3 +242,17 @@ def test_what_a_worker_says_reaches_the_status_page_escaped(stub: Stub, plane: C
         page = resp.read().decode()
     assert worker.url in page and "&lt;img src=x onerror=alert(1)&gt;" in page
     assert evil not in page and "<b>7000</b>" not in page
+
+
+def test_h2c_asked_of_a_worker_that_only_speaks_http1_is_kept_but_said(stub: Stub) -> None:
+    """h2c:// (or protocol H2C) on an HTTP/1.1-only worker: registered as asked, and the reply says
+    the worker answered only over HTTP/1.1 (routers would fail to reach it)."""
+    routes = {"/server_info": (200, server_info(7990)), "/v1/models": (200, models("m"))}
+    with FakeWorker(routes) as worker:
+        by_scheme = register(stub, worker.url.replace("http://", "h2c://"))
+        by_field = register(stub, worker.url, protocol=pb.WORKER_PROTOCOL_H2C)
+        fine = register(stub, worker.url, protocol=pb.WORKER_PROTOCOL_HTTP1)
+    for got in (by_scheme, by_field):
+        assert got.resolved_protocol == pb.WORKER_PROTOCOL_H2C and list(got.load_endpoints)
+        assert "answered only over HTTP/1.1, not h2c" in got.discovery_error
+    assert fine.discovery_error == ""
