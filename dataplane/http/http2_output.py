@@ -1,0 +1,153 @@
+"""The sending side of an h2c server connection (``http2``): answers under flow control.
+
+Outbound data beyond the peer's window (RFC 9113 §5.2) waits in a per-stream buffer until
+WINDOW_UPDATE, so one slow stream never blocks the others; streams still waiting are served
+round-robin. A streaming writer waits once ``h2_stream_buffer_bytes`` of its answer is queued
+(``H2Responder``). Bytes queued in ``h2`` leave in one write per loop turn (``_schedule_flush``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from h2.exceptions import H2Error
+
+from dataplane.http.backpressure import WriteBackpressure
+from dataplane.http.context import ServerContext
+from dataplane.http.h2_fields import LenientH2Connection
+from dataplane.http.http2_responder import H2Responder
+
+
+class Http2Output(WriteBackpressure):
+    """Base of ``Http2Connection``: sending answers, stream completion, flushing, closing.
+
+    A base class rather than an object of its own: the responders and the event handlers call
+    these methods per request, and one more attribute hop each time would cost on the hot path.
+    """
+
+    # Set by ``Http2Connection.__init__`` (as ``WriteBackpressure`` declares what it uses).
+    _ctx: ServerContext
+    _h2: LenientH2Connection
+    _transport: asyncio.Transport | None
+    _streams: dict[int, H2Responder]
+    _blocked: dict[int, H2Responder]  # answers waiting for window
+    _flush_scheduled: bool
+    _deadline: float
+    _goaway_sent: bool
+    _peer_goaway: bool
+    _answered: int
+
+    def _on_reset(self, sid: int) -> None:
+        self._blocked.pop(sid, None)
+        resp = self._streams.pop(sid, None)
+        if resp is not None:
+            resp._mark_disconnected()
+            self._maybe_idle()
+
+    def _on_window(self, sid: int) -> None:
+        if sid == 0:
+            for resp in list(self._blocked.values()):
+                self._send_pending(resp)
+        else:
+            blocked = self._blocked.get(sid)
+            if blocked is not None:
+                self._send_pending(blocked)
+
+    def _send_body(self, resp: H2Responder, data: bytes, end: bool) -> None:
+        """Send what the windows allow; queue the rest on the stream."""
+        pending = resp._pending
+        if pending is not None:
+            pending += data
+            resp._end_pending = end
+            return
+        h2 = self._h2
+        sid = resp._sid
+        total = len(data)
+        offset = 0
+        max_frame = h2.max_outbound_frame_size
+        while offset < total:
+            window = h2.local_flow_control_window(sid)
+            if window <= 0:
+                break
+            n = min(window, max_frame, total - offset)
+            last = offset + n == total
+            h2.send_data(sid, data if n == total else data[offset : offset + n], end_stream=end and last)
+            offset += n
+        if offset < total:
+            resp._pending = bytearray(memoryview(data)[offset:])
+            resp._end_pending = end
+            self._blocked[sid] = resp
+        elif end:
+            if not total:
+                h2.end_stream(sid)
+            self._stream_done(resp)
+
+    def _send_pending(self, resp: H2Responder) -> None:
+        pending = resp._pending
+        if pending is None:
+            return
+        h2 = self._h2
+        sid = resp._sid
+        max_frame = h2.max_outbound_frame_size
+        try:
+            while pending:
+                window = h2.local_flow_control_window(sid)
+                if window <= 0:
+                    break
+                n = min(window, max_frame, len(pending))
+                chunk = bytes(pending[:n])
+                del pending[:n]  # O(1) at the front of a bytearray
+                h2.send_data(sid, chunk, end_stream=resp._end_pending and not pending)
+        except H2Error:
+            self._on_reset(sid)
+            return
+        if not pending:
+            resp._pending = None
+            del self._blocked[sid]
+            if resp._end_pending:
+                self._stream_done(resp)
+        else:
+            # Round-robin: a stream that still waits goes behind the others.
+            del self._blocked[sid]
+            self._blocked[sid] = resp
+        if resp._flow_waiter is not None and (
+            resp._pending is None or len(resp._pending) <= self._limits.h2_stream_buffer_bytes
+        ):
+            resp._wake_flow()
+        self._schedule_flush()
+
+    def _stream_done(self, resp: H2Responder) -> None:
+        if resp._rst_code is not None:
+            with contextlib.suppress(H2Error):
+                self._h2.reset_stream(resp._sid, resp._rst_code)
+        if self._streams.pop(resp._sid, None) is not None:
+            self._answered += 1
+            self._maybe_idle()
+
+    def _maybe_idle(self) -> None:
+        if self._streams:
+            return
+        if self._goaway_sent or self._peer_goaway or self._ctx.draining:
+            self._schedule_flush()
+            self._loop.call_soon(self._close_transport)
+        else:
+            self._deadline = self._loop.time() + self._limits.idle_timeout_s
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        data = self._h2.data_to_send()
+        transport = self._transport
+        # Handlers may still answer after the connection started closing: drop their bytes.
+        if data and not self._lost and transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    def _close_transport(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._flush()
+            self._transport.close()
