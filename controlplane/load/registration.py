@@ -18,6 +18,7 @@ from controlplane.errors import InvalidArgument
 
 WILDCARD_HOSTS = frozenset({"*", "0.0.0.0", "::", "[::]"})
 WORKER_SCHEMES = ("http", "h2c")
+DEFAULT_PORT = 80  # of both schemes: h2c:// is cleartext HTTP/2 on http's port
 LOAD_TOPIC = "load"
 MAX_LOAD_ENDPOINTS = 1024
 MAX_MODELS = 256
@@ -49,7 +50,7 @@ class WorkerAddress:
 
     @property
     def connect_port(self) -> int:
-        return 80 if self.port is None else self.port
+        return DEFAULT_PORT if self.port is None else self.port
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,8 @@ def parse_worker_url(raw: str, field_name: str = "url") -> WorkerAddress:
             f" own address, got {_shown(raw)}",
             field=field_name,
         )
+    if port == DEFAULT_PORT:
+        port = None  # http://h:80 and http://h are one worker (RFC 3986 §6.2.3)
     address = WorkerAddress(url="", scheme=scheme, host=host, port=port)
     return WorkerAddress(url=f"{scheme}://{address.authority}", scheme=scheme, host=host, port=port)
 

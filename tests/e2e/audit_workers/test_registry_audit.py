@@ -106,7 +106,8 @@ def test_a_bad_protocol_or_model_is_invalid_argument_naming_it(
 
 
 def test_the_registry_key_is_the_normalised_url(stub: Stub) -> None:
-    """Case, a trailing slash, blanks and a leading-zero port name the same worker; IPv6 is bracketed."""
+    """Case, a trailing slash, blanks, a leading-zero or default (80) port name the same worker;
+    IPv6 is bracketed and compressed."""
     first = register(stub, " HTTP://LocalHost:05996/ ", protocol=H1, models=("m",), endpoints=EP)
     assert first.url == "http://localhost:5996"
     again = register(stub, "http://localhost:5996", protocol=H1, models=("m",), endpoints=EP)
@@ -118,6 +119,15 @@ def test_the_registry_key_is_the_normalised_url(stub: Stub) -> None:
     stub.DeregisterWorker(pb.DeregisterWorkerRequest(url="http://LOCALHOST:5996/"), timeout=10)
     stub.DeregisterWorker(pb.DeregisterWorkerRequest(url="http://[::1]:5996"), timeout=10)
     assert not [u for u in listed(stub) if "5996" in u]
+    default = register(stub, "http://engine-x.internal:80", protocol=H1, models=("m",), endpoints=EP)
+    assert default.url == "http://engine-x.internal"
+    assert (
+        register(stub, "http://engine-x.internal", protocol=H1, models=("m",), endpoints=EP).url
+        == default.url
+    )
+    assert [u for u in listed(stub) if "engine-x" in u] == [default.url]
+    stub.DeregisterWorker(pb.DeregisterWorkerRequest(url="http://engine-x.internal:80"), timeout=10)
+    assert not [u for u in listed(stub) if "engine-x" in u]
 
 
 def test_registering_again_replaces_and_is_idempotent(stub: Stub) -> None:

@@ -23,6 +23,8 @@ WORKER = parse_worker_url("http://10.0.0.5:9001")
         ("HTTP://LocalHost:9001/", "http://localhost:9001"),
         ("h2c://[::1]:9002", "h2c://[::1]:9002"),
         ("  http://engine-a.internal  ", "http://engine-a.internal"),
+        ("http://engine-a.internal:80", "http://engine-a.internal"),
+        ("h2c://[::1]:80/", "h2c://[::1]"),
     ],
 )
 def test_worker_url_is_normalised(raw: str, url: str) -> None:
