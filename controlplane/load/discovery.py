@@ -88,6 +88,8 @@ def parse_server_info(doc: Any, worker: WorkerAddress) -> ServerInfo:
         host = advertised_host(advertised) if isinstance(advertised, str) else None
     if host is None:
         raise DiscoveryError(f"/server_info kv_events endpoint_host is malformed: {_clip(advertised)}")
+    if host in WILDCARD_HOSTS:  # another spelling of one, e.g. 0:0:0:0:0:0:0:0
+        host = worker.host
     endpoints = tuple(tcp_endpoint(host, base + rank) for rank in range(dp_size))
     return ServerInfo(http2, endpoints, topic, "")
 

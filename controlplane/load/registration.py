@@ -123,6 +123,8 @@ def parse_load_endpoint(raw: str, worker: WorkerAddress, field_name: str = "load
     )
     if port is None:
         raise InvalidArgument(f"{field_name}: a port is required, got {_shown(raw)}", field=field_name)
+    if host in WILDCARD_HOSTS:  # another spelling of one, e.g. [0:0::0]
+        host = worker.host
     return tcp_endpoint(host, port)
 
 

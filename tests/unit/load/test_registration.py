@@ -72,6 +72,11 @@ def test_wildcard_endpoint_host_becomes_the_worker_host() -> None:
         "tcp://10.0.0.5:5562",
     )
     assert parse_load_endpoints(["tcp://[::1]:7"], WORKER) == ("tcp://[::1]:7",)
+    assert parse_load_endpoints(["tcp://[0:0::0]:8"], WORKER) == ("tcp://10.0.0.5:8",)
+    doc = {
+        "kv_events": {"endpoint_host": "0:0:0:0:0:0:0:0", "load_endpoint_port_base": 9, "load_topic": "load"}
+    }
+    assert parse_server_info(doc, WORKER).load_endpoints == ("tcp://10.0.0.5:9",)
 
 
 @pytest.mark.parametrize(
