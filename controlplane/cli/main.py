@@ -32,6 +32,7 @@ DATAPLANE_COMMANDS: dict[str, tuple[str, str]] = {
     "engine-sim": ("dataplane.engine.sim", "run a simulated SGLang-compatible engine"),
 }
 NOT_BUILT_EXIT = 2
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports it
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -60,6 +61,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(args)
     try:
         return int(ns._run(ns))
+    except KeyboardInterrupt:
+        # Ctrl-C while a call waits (``workers add`` waits for discovery): one line, the
+        # shell's exit code for SIGINT, no traceback.
+        print(f"fleetplane {ns.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT
     except BrokenPipeError:
         # The reader went away (``fleetplane contract list | head -1``): no traceback, and no
         # second error when the interpreter flushes stdout at exit.

@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import sys
 import time
 
 import pytest
 
-from tests.e2e.audit_workers.conftest import HANG, FakeWorker, cli_json, fleetplane, free_port
-from tests.fakes.control_plane import ControlPlaneProcess
+from tests.e2e.audit_workers.conftest import HANG, FakeWorker, cli_json, fleetplane, free_port, until
+from tests.fakes.control_plane import ROOT, ControlPlaneProcess
 
 
 @pytest.fixture
@@ -144,3 +146,31 @@ def test_add_of_a_hung_worker_answers_within_the_timeout_given(cp: tuple[str, st
     assert "no answer within" in worker["discoveryError"]
     assert took < 5.0, took
     assert json.loads(fleetplane("workers", "remove", hung.url, *cp, "--output", "json").stdout) == {}
+
+
+def test_ctrl_c_while_add_waits_is_one_line_exit_130(cp: tuple[str, str]) -> None:
+    """Ctrl-C during `workers add` (waiting on a hung worker's discovery): no traceback, one line,
+    exit 130 as a shell reports SIGINT."""
+    with FakeWorker({"/server_info": HANG, "/v1/models": HANG}) as hung:
+        command = [
+            sys.executable,
+            "-c",
+            "import sys; from controlplane.cli.main import main; sys.exit(main())",
+        ]
+        proc = subprocess.Popen(
+            [*command, "workers", "add", hung.url, *cp],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        try:
+            until(lambda: hung.hits.get("/server_info"), timeout_s=20)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    assert proc.returncode == 130 and out == ""
+    assert err.splitlines() == ["fleetplane workers: interrupted"]
