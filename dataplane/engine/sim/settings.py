@@ -97,7 +97,12 @@ def _listen(text: str) -> tuple[str, int]:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="A simulated SGLang-compatible engine (HTTP/1.1 or h2c).")
     p.add_argument("--listen", type=_listen, default="127.0.0.1:9001", help="HOST:PORT; port 0 = any")
-    p.add_argument("--http2", action="store_true", help="advertise enable_http2 (serve h2c prior knowledge)")
+    p.add_argument(
+        "--http2",
+        "--enable-http2",  # SGLang's spelling of the flag
+        action="store_true",
+        help="advertise enable_http2 (serve h2c prior knowledge)",
+    )
     p.add_argument("--model", default=DEFAULT_MODEL, help="served model name")
     p.add_argument("--model-path", default=None, help="local model directory (default: a temp dir)")
     p.add_argument("--dp-size", type=_int_at_least(1, 256), default=1, help="data-parallel ranks")

@@ -37,12 +37,12 @@ def test_an_explicit_publish_range_with_three_ranks_is_discovered_and_flows(stub
 
 
 def test_an_ipv6_engine_advertising_a_wildcard_is_reached_over_ipv6(stub: Stub) -> None:
-    """engine-sim on [::1] with tcp://[::]:P: the endpoints are tcp://[::1]:..., and frames arrive."""
+    """engine-sim on [::1] --enable-http2 with tcp://[::]:P: H2C, endpoints tcp://[::1]:..., frames arrive."""
     base = free_port_range(4)
     with EngineSim(
         "--listen",
         "[::1]:0",
-        "--http2",
+        "--enable-http2",  # SGLang's spelling, as an operator types it
         "--dp-size",
         "2",
         "--load-publish-endpoint",
