@@ -91,15 +91,6 @@ def parse_worker_url(raw: str, field_name: str = "url") -> WorkerAddress:
             field=field_name,
         )
     host, port = _host_port(parts, raw, field_name)
-    if host in WILDCARD_HOSTS:
-        # What an engine logs when it binds every interface ("Uvicorn running on
-        # http://0.0.0.0:30000"), not an address: routers on other machines would connect to
-        # themselves, and the wildcard of its load endpoints would be replaced by it (SPEC §7).
-        raise InvalidArgument(
-            f"{field_name}: {host} is a bind-all address, not one to connect to; give the worker's"
-            f" own address, got {_shown(raw)}",
-            field=field_name,
-        )
     if port == DEFAULT_PORT:
         port = None  # http://h:80 and http://h are one worker (RFC 3986 §6.2.3)
     address = WorkerAddress(url="", scheme=scheme, host=host, port=port)
