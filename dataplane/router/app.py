@@ -23,11 +23,12 @@ from dataplane.router.control import control_settings, subscription
 from dataplane.router.counts_journal import journal_from_env
 from dataplane.router.discovery import DiscoveryError
 from dataplane.router.endpoints import route_name
+from dataplane.router.forwarder import ProxyConfig
 from dataplane.router.health import WorkerHealth
 from dataplane.router.late_workers import LateDiscovery, discover_fleet
 from dataplane.router.metrics import RouterMetrics
 from dataplane.router.process_metrics import process_metrics_from_env
-from dataplane.router.proxy import Proxy, ProxyConfig
+from dataplane.router.proxy import Proxy
 from dataplane.router.settings import RouterSettings
 from dataplane.router.state import RouterState
 from dataplane.router.subscription import ControlConfigError

@@ -36,8 +36,8 @@ from dataplane.router.upstream import UpstreamResponse
 from dataplane.router.workers import Worker
 
 if TYPE_CHECKING:
+    from dataplane.router.forwarder import Forwarder
     from dataplane.router.h1_connection import H1Connection
-    from dataplane.router.proxy import Proxy
 
 _log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class Exchange:
 
     def __init__(
         self,
-        proxy: Proxy,
+        proxy: Forwarder,
         stats: RouteStats,
         started: float,
         request: Request,
