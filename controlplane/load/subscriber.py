@@ -54,8 +54,7 @@ log = structlog.get_logger(__name__)
 
 # A frame bigger than this is not buffered: its bytes are discarded as they arrive and its
 # message is counted as malformed (``FrameReader``), so a hostile or broken peer cannot
-# make us allocate without bound. Smaller frames are refused by the codec (a load payload
-# is ~20 bytes, ``wire.MAX_PAYLOAD_BYTES``).
+# make us allocate without bound. The codec refuses smaller ones it cannot read.
 MAX_FRAME_BYTES = 64 * 1024
 # At most one batch per tick unless drained (the control plane uses its push interval:
 # the hub drains before each push). This default suits a consumer that does not drain.
@@ -150,12 +149,13 @@ class LoadSubscriber(BatchReader["_Link"]):
         while not link.closed:
             try:
                 dialed = await dial(link.endpoint, link.topic, MAX_FRAME_BYTES)
-            except (OSError, ZmtpError, TimeoutError) as exc:
+            except Exception as exc:  # whatever failed, this rank is retried
                 # An engine that is down is retried quietly (its ranks show UNKNOWN or
-                # STALE, as with libzmq); a peer that is not a ZMTP publisher is worth a line.
-                if isinstance(exc, ZmtpError) and not link.failures:
+                # STALE, as with libzmq); a peer that is not a ZMTP publisher, or anything
+                # unexpected, is worth a line per failure episode.
+                if not isinstance(exc, (OSError, TimeoutError)) and not link.failures:
                     log.warning(
-                        "load publisher broke ZMTP (retrying)",
+                        "load publisher connection failed (retrying)",
                         worker=link.rank.worker_url,
                         dp_rank=link.rank.dp_rank,
                         endpoint=link.rank.endpoint,
@@ -226,25 +226,32 @@ class LoadSubscriber(BatchReader["_Link"]):
                 data = sock.recv(SKIP_RECV_BYTES if reader.skip else RECV_BYTES)
             except (BlockingIOError, InterruptedError):
                 continue
-            except OSError:  # reset by the peer: reconnect
+            except ConnectionResetError:  # the publisher went away: reconnect
+                self._table.record_publisher_left(link.rank)
                 self._disconnect(link)
                 continue
-            if not data:
-                self._disconnect(link)  # closed by the publisher: reconnect
+            except OSError:  # e.g. keepalive timed out (the network, not the publisher): reconnect
+                self._disconnect(link)
+                continue
+            if not data:  # closed by the publisher: reconnect
+                self._table.record_publisher_left(link.rank)
+                self._disconnect(link)
                 continue
             try:
-                messages = reader.feed(data)
-            except ZmtpError as exc:
+                handled += self._accept(link, reader.feed(data), now)
+            except Exception as exc:  # one publisher's stream, never the ingest
+                # ZmtpError: the peer broke the protocol. Anything else is a bug met on
+                # this stream: it must not stop the others, so this one starts over too.
                 log.warning(
-                    "load publisher broke ZMTP (reconnecting)",
+                    "load publisher stream failed (reconnecting)",
                     worker=link.rank.worker_url,
                     dp_rank=link.rank.dp_rank,
                     endpoint=link.rank.endpoint,
-                    error=str(exc),
+                    error=str(exc) if isinstance(exc, ZmtpError) else repr(exc),
+                    exc_info=not isinstance(exc, ZmtpError),
                 )
                 self._disconnect(link)
                 continue
-            handled += self._accept(link, messages, now)
             if handled >= budget:
                 self._unread = ready[index + 1 :]
                 break

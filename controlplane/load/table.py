@@ -8,7 +8,9 @@ workers changed since the last push.
 Sequence rules (SPEC §7): the first frame of a subscription sets the baseline; a forward
 jump counts the skipped frames as dropped; a sequence that does not advance means the
 publisher restarted (its counter starts again at 0), which resets the baseline without
-counting drops (frames a new publisher sent before we reconnected were never ours).
+counting drops (frames a new publisher sent before we reconnected were never ours). So does
+a publisher closing its connection: the first frame after we reconnect is a restart, whatever
+its sequence (``record_publisher_left``).
 Malformed frames received since the last good one took sequence numbers of that jump:
 they were received (and counted as malformed), not lost, so they are not dropped too.
 
@@ -61,6 +63,9 @@ class RankState:
     freshness: Freshness = Freshness.UNKNOWN
     # False until the first frame after (re)subscribing: that frame only sets the baseline.
     has_baseline: bool = False
+    # The publisher closed its connection (its engine stopped or restarted): the first frame
+    # after we reconnect comes from a new publisher, a restart whatever its seq.
+    publisher_left: bool = False
     # Malformed frames since the last good one (non-zero: an episode, logged once). A later
     # jump of the sequence is explained by them first: a frame received as garbage is
     # malformed, not also dropped.
@@ -144,6 +149,7 @@ class LoadTable:
             kept = previous.get(dp_rank)
             if kept is not None and kept.endpoint == endpoint:
                 kept.has_baseline = False
+                kept.publisher_left = False
                 ranks.append(kept)
             else:
                 ranks.append(RankState(worker_url=url, dp_rank=dp_rank, endpoint=endpoint))
@@ -184,6 +190,10 @@ class LoadTable:
             elif seq < expected:
                 rank.publisher_restarts += 1
                 outcome = FrameOutcome.RESTART
+        elif rank.publisher_left:
+            rank.publisher_left = False
+            rank.publisher_restarts += 1
+            outcome = FrameOutcome.RESTART
         rank.has_baseline = True
         rank.seq = seq
         rank.stat = stat
@@ -193,6 +203,19 @@ class LoadTable:
         rank.malformed_run = 0
         self._dirty.add(rank.worker_url)
         return outcome
+
+    def record_publisher_left(self, rank: RankState) -> None:
+        """The publisher closed its connection (FIN or reset), so its process or socket went away.
+
+        A publisher's sequence lives as long as its socket, so whoever we reach next starts
+        a new one: its first frame sets the baseline and counts as a restart. Comparing it
+        with the old sequence would count, as dropped, what the new publisher sent before we
+        were subscribed again (a PUB discards frames without subscribers: never ours), and
+        would miss the restart when the old publisher had sent fewer frames than that.
+        """
+        if rank.has_baseline:
+            rank.has_baseline = False
+            rank.publisher_left = True
 
     def record_malformed(self, rank: RankState) -> bool:
         """Count a malformed frame; True when it starts a new episode (the one to log)."""

@@ -13,7 +13,7 @@ from zmq.utils.monitor import recv_monitor_message
 from controlplane.load import subscriber
 from controlplane.load.subscriber import LoadSubscriber
 from controlplane.load.table import Freshness, LoadTable, RankState
-from controlplane.load.wire import LoadStat, encode_frame
+from controlplane.load.wire import LoadStat, decode_frame, encode_frame
 from tests.fakes.load_peers import Pub, until
 
 URL = "http://127.0.0.1:9001"
@@ -194,6 +194,65 @@ async def test_ipv6_literal_and_localhost_endpoints_connect(
         v4.send(LoadStat(2, 0, 0, 0, 1))
         await asyncio.sleep(0.02)
     v6.close(linger=0)
+
+
+async def test_an_engine_restarted_on_its_port_is_one_restart_and_no_drops(
+    ctx: zmq.Context[zmq.Socket[bytes]], ingest: tuple[LoadTable, LoadSubscriber, list[int]]
+) -> None:
+    """A publisher closes, a new one binds its port and is ahead of the old seq: a restart, no drops."""
+    pub, rank = await one_rank_worker(ctx, ingest)
+    old_seq = rank.seq
+    endpoint = pub.endpoint
+    pub.close()
+    again = None
+    deadline = time.monotonic() + 5
+    while again is None:  # libzmq releases the port asynchronously
+        try:
+            again = Pub(ctx, endpoint)
+        except zmq.ZMQError:
+            assert time.monotonic() < deadline, "the port was not released"
+            await asyncio.sleep(0.02)
+    try:
+        # What it sent before we reconnected went to nobody: the first frame we see is ahead.
+        again.seq = old_seq + 10
+        while rank.publisher_restarts == 0:
+            assert time.monotonic() < deadline + 5, "no frame from the restarted publisher"
+            again.send(LoadStat(5, 0, 0, 0, 0))
+            await asyncio.sleep(0.02)
+        assert rank.dropped_frames == 0 and rank.stat is not None and rank.stat.num_running_reqs == 5
+    finally:
+        again.close()
+
+
+async def test_a_bug_met_on_one_stream_reconnects_that_publisher_only(
+    ctx: zmq.Context[zmq.Socket[bytes]],
+    ingest: tuple[LoadTable, LoadSubscriber, list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An unexpected error accounting one publisher's frame drops that connection; others flow."""
+    table, sub, _ = ingest
+    good, bad = Pub(ctx), Pub(ctx)
+    ranks = table.set_worker(URL, [good.endpoint, bad.endpoint])
+    sub.subscribe(URL, ranks, b"load")
+    def buggy(frames: list[bytes]) -> tuple[int, LoadStat]:
+        seq, stat = decode_frame(frames)
+        if stat.num_running_reqs == 666:
+            raise RuntimeError("a bug")
+        return seq, stat
+
+    monkeypatch.setattr(subscriber, "decode_frame", buggy)
+    monitor = bad.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    try:
+        deadline = time.monotonic() + 5
+        while not monitor.poll(0) or ranks[0].stat is None or ranks[0].stat.num_running_reqs != 2:
+            assert time.monotonic() < deadline, "the bug stopped the ingest or did not drop the stream"
+            bad.send(LoadStat(666, 0, 0, 0, 1))
+            good.send(LoadStat(2, 0, 0, 0, 0))
+            await asyncio.sleep(0.02)
+    finally:
+        bad.sock.disable_monitor()
+        monitor.close(linger=0)
+    assert sub.socket_count(URL) == 2  # the dropped one is being reconnected, not forgotten
 
 
 async def test_heartbeating_publisher_is_answered_and_stays_connected(

@@ -85,6 +85,32 @@ def test_sequence_going_back_counts_a_restart() -> None:
     assert table.view(URL, 1.1).num_running_reqs == 8  # type: ignore[union-attr]
 
 
+def test_a_publisher_that_left_restarts_whatever_its_next_sequence() -> None:
+    """After the publisher closed its connection, the next frame is one restart and no drops."""
+    table = LoadTable(stale_after_s=3.0)
+    (r0,) = table.set_worker(URL, EPS[:1])
+    table.record_frame(r0, 0, stat(), 0.0)
+    table.record_publisher_left(r0)
+    # A young engine restarted: it sent 0..4 to nobody before we reconnected.
+    assert table.record_frame(r0, 5, stat(2), 1.0) is FrameOutcome.RESTART
+    assert table.record_frame(r0, 7, stat(3), 1.1) is FrameOutcome.GAP
+    table.record_publisher_left(r0)
+    assert table.record_frame(r0, 0, stat(4), 2.0) is FrameOutcome.RESTART  # counted once, not twice
+    assert (r0.publisher_restarts, r0.dropped_frames, r0.frames_received) == (2, 1, 4)
+
+
+def test_a_publisher_leaving_before_its_first_frame_or_re_registered_is_no_restart() -> None:
+    """No frame yet, or a re-registration after it left: the next frame only sets the baseline."""
+    table = LoadTable(stale_after_s=3.0)
+    (r0,) = table.set_worker(URL, EPS[:1])
+    table.record_publisher_left(r0)
+    assert table.record_frame(r0, 9, stat(), 0.0) is FrameOutcome.OK
+    table.record_publisher_left(r0)
+    (r0,) = table.set_worker(URL, EPS[:1])
+    assert table.record_frame(r0, 3, stat(), 1.0) is FrameOutcome.OK
+    assert (r0.publisher_restarts, r0.dropped_frames) == (0, 0)
+
+
 def test_stale_rank_recovers_on_next_frame() -> None:
     """A STALE rank is FRESH again as soon as a frame arrives."""
     table = LoadTable(stale_after_s=1.0)
