@@ -205,11 +205,17 @@ def test_a_restarted_publisher_on_the_same_port_is_followed(stub, pubs) -> None:
         first, lambda: frame(next(seqs), 5, 0, 1, 2, 0), lambda: view(stub, url).ranks[0].seq >= 100
     )
     first.close(0)
-    time.sleep(0.3)
     again = ctx.socket(zmq.PUB)
     again.setsockopt(zmq.LINGER, 0)
     try:
-        again.bind(f"tcp://127.0.0.1:{port}")
+        deadline = time.monotonic() + 5
+        while True:  # libzmq releases the port asynchronously after close
+            try:
+                again.bind(f"tcp://127.0.0.1:{port}")
+                break
+            except zmq.ZMQError:
+                assert time.monotonic() < deadline, "the port was not released"
+                time.sleep(0.02)
         fresh = iter(range(10_000))
         publish_until(
             again,
