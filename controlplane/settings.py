@@ -7,6 +7,7 @@ is allowed (SPEC §1: startup errors exit non-zero with one such line).
 from __future__ import annotations
 
 import ipaddress
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,8 +156,8 @@ class ControlSettings:
         if http_listen not in (None, "", "off"):
             assert http_listen is not None
             http = parse_address("--http-listen", http_listen)
-        if not load_stale_after_s > 0:
-            raise SettingsError(f"--load-stale-after-s {load_stale_after_s}: must be > 0")
+        if not 0 < load_stale_after_s < math.inf:
+            raise SettingsError(f"--load-stale-after-s {load_stale_after_s}: must be a number of seconds > 0")
         if load_push_interval_ms < 1:
             raise SettingsError(f"--load-push-interval-ms {load_push_interval_ms}: must be >= 1")
         return ControlSettings(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,10 @@ async def test_close_wakes_every_subscriber():
         broadcast.close()
         await asyncio.wait_for(waiters, 1)
         assert a.closed and b.closed
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, math.inf, math.nan])
+def test_load_stale_after_must_be_a_finite_positive_number_of_seconds(value: float) -> None:
+    """--load-stale-after-s inf would mean never STALE, nan never fresh: both refused, naming the flag."""
+    with pytest.raises(SettingsError, match="--load-stale-after-s"):
+        ControlSettings.build(store="sqlite:x", load_stale_after_s=value)
