@@ -19,7 +19,8 @@ import structlog
 from dataplane.http import HttpServer, ServerLimits, start_server
 from dataplane.router.admission import Admission
 from dataplane.router.balancer import Balancer
-from dataplane.router.control import control_settings, subscription
+from dataplane.router.control import subscription
+from dataplane.router.control_channel import control_settings
 from dataplane.router.counts_journal import journal_from_env
 from dataplane.router.discovery import DiscoveryError
 from dataplane.router.endpoints import route_name
