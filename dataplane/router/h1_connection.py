@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from dataplane.router.upstream_h1 import H1Pool
 
 HIGH_WATER = 1 << 20  # pause reading from the worker above this many unsent bytes
-LOW_WATER = 1 << 18
 _COALESCE_BODY_BYTES = 256 * 1024  # copy head + body into one write below this size
 
 

@@ -234,6 +234,7 @@ async def test_a_bug_met_on_one_stream_reconnects_that_publisher_only(
     good, bad = Pub(ctx), Pub(ctx)
     ranks = table.set_worker(URL, [good.endpoint, bad.endpoint])
     sub.subscribe(URL, ranks, b"load")
+
     def buggy(frames: list[bytes]) -> tuple[int, LoadStat]:
         seq, stat = decode_frame(frames)
         if stat.num_running_reqs == 666:
