@@ -24,6 +24,7 @@ from tests.e2e.audit_loads.conftest import (
     fake_url,
     metric,
     rank,
+    register,
     until,
     view,
 )
@@ -47,6 +48,47 @@ def heartbeats(publishers: list[Publisher], running: list[int]) -> Iterator[None
     finally:
         stop.set()
         thread.join(5)
+
+
+@contextmanager
+def loads_watch(plane: ControlPlaneProcess, *flags: str) -> Iterator[tuple[subprocess.Popen[str], list[int]]]:
+    """`fleetplane loads --watch FLAGS` running; on leaving, Ctrl-C, and its exit code in the list."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from controlplane.cli.main import main; sys.exit(main())",
+            "loads",
+            "--watch",
+            *flags,
+            "--control-plane",
+            plane.target,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    code: list[int] = []
+    try:
+        yield proc, code
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            code.append(proc.wait(10))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5)
+
+
+def watched_worker(stub: load_pb2_grpc.LoadServiceStub, pubs, running: int = 1) -> tuple[str, Publisher]:  # type: ignore[no-untyped-def]
+    """A registered worker whose publisher has been heard saying ``running``."""
+    url = fake_url()
+    p = Publisher(*pubs())
+    register(stub, url, [f"tcp://127.0.0.1:{p.port}"])
+    p.join(lambda: rank(stub, url).num_running_reqs == running, running=running)
+    return url, p
 
 
 def table_row(text: str, url: str) -> dict[str, str]:
@@ -136,36 +178,8 @@ def test_loads_watch_json_streams_the_full_view_then_changes(
     plane: ControlPlaneProcess, stub: load_pb2_grpc.LoadServiceStub, pubs
 ) -> None:  # type: ignore[no-untyped-def]
     """`fleetplane loads --watch --output json`: one JSON line per message, full first; Ctrl-C exits 0."""
-    url = fake_url()
-    p = Publisher(*pubs())
-    stub.RegisterWorker(
-        pb.RegisterWorkerRequest(
-            url=url,
-            protocol=pb.WORKER_PROTOCOL_HTTP1,
-            models=["m"],
-            load_endpoints=[f"tcp://127.0.0.1:{p.port}"],
-        ),
-        timeout=10,
-    )
-    p.join(lambda: rank(stub, url).frames_received > 0)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from controlplane.cli.main import main; sys.exit(main())",
-            "loads",
-            "--watch",
-            "--output",
-            "json",
-            "--control-plane",
-            plane.target,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    try:
+    url, p = watched_worker(stub, pubs)
+    with loads_watch(plane, "--output", "json") as (proc, code):
         assert proc.stdout is not None
         first = json.loads(proc.stdout.readline())
         assert first["full"] is True and url in [w["url"] for w in first["workers"]]
@@ -181,15 +195,7 @@ def test_loads_watch_json_streams_the_full_view_then_changes(
         stub.DeregisterWorker(pb.DeregisterWorkerRequest(url=url), timeout=10)
         while url not in json.loads(proc.stdout.readline()).get("removedUrls", []):
             pass
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            code = proc.wait(10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(5)
-    assert code == 0, proc.stderr.read() if proc.stderr else ""
+    assert code == [0], proc.stderr.read() if proc.stderr else ""
 
 
 def watchers_gauge(plane: ControlPlaneProcess) -> float:
@@ -211,35 +217,9 @@ def test_loads_watch_redraws_the_table_with_new_values(
     plane: ControlPlaneProcess, stub: load_pb2_grpc.LoadServiceStub, pubs
 ) -> None:  # type: ignore[no-untyped-def]
     """`fleetplane loads --watch` (table): each redraw shows the worker's newest numbers; Ctrl-C exits 0."""
-    url = fake_url()
-    p = Publisher(*pubs())
-    stub.RegisterWorker(
-        pb.RegisterWorkerRequest(
-            url=url,
-            protocol=pb.WORKER_PROTOCOL_HTTP1,
-            models=["m"],
-            load_endpoints=[f"tcp://127.0.0.1:{p.port}"],
-        ),
-        timeout=10,
-    )
-    p.join(lambda: rank(stub, url).num_running_reqs == 3, running=3)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from controlplane.cli.main import main; sys.exit(main())",
-            "loads",
-            "--watch",
-            "--control-plane",
-            plane.target,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
+    url, p = watched_worker(stub, pubs, running=3)
     screens: list[str] = []
-    try:
+    with loads_watch(plane) as (proc, code):
         assert proc.stdout is not None
         header = ""
         deadline = time.monotonic() + 20
@@ -254,14 +234,6 @@ def test_loads_watch_redraws_the_table_with_new_values(
                 p.send(running=11, waiting=4, tokens=600, capacity=1000)  # redrawn at least once a second
         else:
             raise AssertionError(f"no redraw showed the new values: {screens[-3:]}")
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            code = proc.wait(10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(5)
     assert table_row(screens[0], url)["RUNNING"] == "3"
     row = table_row(screens[-1], url)
     assert (row["FRESHNESS"], row["WAITING"], row["KV TOKENS"], row["RANKS"]) == (
@@ -271,5 +243,5 @@ def test_loads_watch_redraws_the_table_with_new_values(
         "1",
     )
     assert row["KV CACHE"].endswith("60%")
-    assert code == 0
+    assert code == [0]
     stub.DeregisterWorker(pb.DeregisterWorkerRequest(url=url), timeout=10)
