@@ -9,7 +9,6 @@ never lets a failure escape into the scheduler loop: it logs once per failure ep
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -94,7 +93,7 @@ class LoadPublisher:
         self.endpoint = endpoint
         self._clock = clock
         self._gate = PublishGate()
-        self._seq = itertools.count()
+        self._seq = 0  # the seq of the next frame that goes out: one per published frame
         self._failing = False
 
     @classmethod
@@ -143,7 +142,7 @@ class LoadPublisher:
             if not self._gate.should_send(counts, now):
                 return False
             stat = LoadStat(*counts, attn_dp_rank=self.attn_dp_rank)
-            self._socket.send_multipart(encode_frame(next(self._seq), stat), zmq.NOBLOCK)
+            self._socket.send_multipart(encode_frame(self._seq, stat), zmq.NOBLOCK)
         except Exception as exc:  # never raised into the scheduler loop (SPEC §7)
             if not self._failing:
                 self._failing = True
@@ -156,6 +155,9 @@ class LoadPublisher:
         if self._failing:
             self._failing = False
             log.info("load publish recovered", endpoint=self.endpoint)
+        # Only a frame that went out takes a seq: a send that raised is no frame, and a gap
+        # would make consumers count it as dropped on the wire (SPEC §7).
+        self._seq += 1
         self._gate.sent(counts, now)
         return True
 
