@@ -42,6 +42,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -287,6 +288,7 @@ async def measure_control_plane(
     pubs: list[subprocess.Popen[str]],
     ingest: str = "zmtp",
     last: bool = True,
+    watchers: int = 1,
 ) -> tuple[Row, list[tuple[str, int, float]]]:
     """One control plane against the running publishers; ``last``: stop them after (no-pub CPU)."""
     urls = [f"http://127.0.0.1:{20000 + i}" for i in range(len(endpoints))]
@@ -357,6 +359,22 @@ async def measure_control_plane(
                         seen.append((w.url, w.num_tokens, now))
 
             watcher = asyncio.create_task(watch())
+            # More routers: streams read as raw bytes (counted, not parsed: the harness must
+            # not starve the control plane of the machine's two cores).
+            raw_watch = channel.unary_stream(
+                "/controlplane.v1.LoadService/WatchLoads",
+                request_serializer=load_pb2.WatchLoadsRequest.SerializeToString,
+            )
+            extra_calls = [
+                raw_watch(load_pb2.WatchLoadsRequest(router_id=f"bench-{i}")) for i in range(watchers - 1)
+            ]
+            extra_bytes = [0]
+
+            async def drain_raw(raw: Any) -> None:
+                async for chunk in raw:
+                    extra_bytes[0] += len(chunk)
+
+            extras = [asyncio.create_task(drain_raw(c)) for c in extra_calls]
             await asyncio.sleep(1.0)
             if os.environ.get("BENCH_DEBUG"):
                 print(f"  measuring (control plane pid {proc.pid})", file=sys.stderr)
@@ -389,13 +407,19 @@ async def measure_control_plane(
                 tell(pubs, "resume")
             call.cancel()
             watcher.cancel()
-            await asyncio.gather(watcher, return_exceptions=True)
+            for c in extra_calls:
+                c.cancel()
+            await asyncio.gather(watcher, *extras, return_exceptions=True)
+            if os.environ.get("BENCH_DEBUG") and extras:
+                print(f"  {watchers - 1} more watchers read {extra_bytes[0] / 1e6:.0f} MB", file=sys.stderr)
     finally:
         stop(proc)
     frames, cpu = f1 - f0, c1 - c0
     name = {"zmtp": "control plane, ZMTP", "libzmq": "control plane, libzmq SUB batched"}[ingest]
     row = Row(
-        name + ("" if CONTROL_PLANE_TREE == ROOT else f" @{CONTROL_PLANE_TREE.name}"),
+        name
+        + ("" if watchers == 1 else f" x{watchers} watchers")
+        + ("" if CONTROL_PLANE_TREE == ROOT else f" @{CONTROL_PLANE_TREE.name}"),
         len(endpoints),
         frames / (t1 - t0),
         cpu / (t1 - t0),
@@ -446,7 +470,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def run_size(
-    n: int, procs: int, rate: float, seconds: float, baseline: bool, ingests: list[str]
+    n: int, procs: int, rate: float, seconds: float, baseline: bool, ingests: list[str], watchers: int = 1
 ) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp_dir:
         tmp = Path(tmp_dir)
@@ -476,7 +500,9 @@ def run_size(
             # Each ingest in turn against the same publishers (same run, interleaved if repeated).
             runs = [
                 asyncio.run(
-                    measure_control_plane(endpoints, seconds, tmp, pubs, ingest, last=k == len(ingests) - 1)
+                    measure_control_plane(
+                        endpoints, seconds, tmp, pubs, ingest, last=k == len(ingests) - 1, watchers=watchers
+                    )
                 )
                 for k, ingest in enumerate(ingests)
             ]
@@ -534,6 +560,9 @@ def main() -> None:
         default=ROOT,
         help="run the control plane from this checkout (e.g. a git archive of an older commit)",
     )
+    parser.add_argument(
+        "--watchers", type=int, default=1, help="WatchLoads streams (routers); latency is read on the first"
+    )
     parser.add_argument("--count", type=int, default=0)
     parser.add_argument("--log", default="")
     parser.add_argument("--endpoints", default="")
@@ -551,7 +580,9 @@ def main() -> None:
         print(
             f"N = {n}: {args.procs} publisher processes, {args.rate:g} frames/s each socket", file=sys.stderr
         )
-        rows += run_size(n, args.procs, args.rate, args.seconds, not args.no_baseline, args.ingest)
+        rows += run_size(
+            n, args.procs, args.rate, args.seconds, not args.no_baseline, args.ingest, args.watchers
+        )
     print(
         f"{'consumer':<34} {'N':>5} {'frames/s':>9} {'cores':>6} {'CPU ms/1000 fr':>15} {'vs base':>8} {'p50 ms':>7} {'p99 ms':>7} {'dropped':>8}"
         f" {'idle cores':>10} {'no-pub cores':>12}"

@@ -20,7 +20,6 @@ from grpc import aio
 from controlplane.errors import ControlPlaneError, Unavailable
 from controlplane.load.convert import worker_load, worker_message
 from controlplane.load.encoding import watch_response
-from controlplane.load.hub import Delta
 from controlplane.load.plane import LoadPlane
 from controlplane.load.status import render_loads
 from controlplane.server.component import AppContext, Component, ServiceBinding
@@ -46,6 +45,10 @@ class LoadServicer(load_pb2_grpc.LoadServiceServicer):
         self._plane = plane
         self._wall = wall_clock
         self._clock = clock
+        # The assembled messages of the hub's current version, by the version a watcher
+        # starts from (None: a full view), shared by every watcher in step (``_shared``).
+        self._shared_version = -1
+        self._shared: dict[int | None, tuple[int, bytes | None]] = {}
 
     async def RegisterWorker(
         self, request: load_pb2.RegisterWorkerRequest, context: _Context
@@ -88,19 +91,18 @@ class LoadServicer(load_pb2_grpc.LoadServiceServicer):
         with hub.subscribe() as slot:
             try:
                 slot.clear()
-                delta = hub.full()
+                version, message = self._shared_message(None)
                 sent_at = float("-inf")
                 while True:
                     if slot.closed:
                         raise Unavailable("control plane shutting down; reconnect")
-                    if delta:
+                    if message is not None:
                         # No lock is held here: a slow stream only delays its own slot, and
                         # what it sends next is the newest state (SPEC §6: newest wins).
                         # Spaced from when a message is handed to gRPC, not from when the
                         # write completed: that time would add to every interval.
                         sent_at = self._clock()
-                        yield self._message(delta)
-                    version = delta.version
+                        yield message
                     await slot.wait()
                     # At most one message per push interval per watcher (SPEC §6). The hub
                     # already publishes at that pace; this only spaces the first delta after
@@ -109,12 +111,30 @@ class LoadServicer(load_pb2_grpc.LoadServiceServicer):
                     if wait_s > 0:
                         await asyncio.sleep(wait_s)
                     slot.clear()
-                    delta = hub.since(version)
+                    version, message = self._shared_message(version)
             finally:
                 log.info("load_watch_closed", router_id=request.router_id)
 
-    def _message(self, delta: Delta) -> bytes:
-        return watch_response(delta.full, delta.workers, delta.removed, self._wall())
+    def _shared_message(self, since: int | None) -> tuple[int, bytes | None]:
+        """The hub's current version and the message taking a watcher there from ``since``.
+
+        ``since`` None asks for a full view; no message (None) when nothing changed. Watchers
+        in step ask for the same one, so it is assembled once per push and shared: a thousand
+        workers make a ~100 KB message, and assembling it per watcher made the control plane's
+        CPU grow with the number of routers (bench/README.md, ``--watchers``).
+        """
+        hub = self._plane.hub
+        if hub.version != self._shared_version:
+            self._shared_version = hub.version
+            self._shared.clear()
+        shared = self._shared.get(since)
+        if shared is None:
+            delta = hub.full() if since is None else hub.since(since)
+            message = (
+                watch_response(delta.full, delta.workers, delta.removed, self._wall()) if delta else None
+            )
+            shared = self._shared[since] = (delta.version, message)
+        return shared
 
 
 def _already_serialized(message: bytes) -> bytes:

@@ -419,3 +419,22 @@ async def test_watch_messages_are_coalesced_to_the_push_interval(fleet: Fleet) -
     gaps = [b - a for a, b in itertools.pairwise(stamps)]
     assert 10 <= len(deltas) <= 1.0 / 0.020 + 3, len(deltas)  # interval 20 ms; ~n frames sent
     assert min(gaps) >= 0.015, min(gaps)
+
+
+async def test_watchers_in_step_get_the_same_message_for_each_push(fleet: Fleet) -> None:
+    """Routers in step receive one shared message per push: same time stamp, same bytes."""
+    pub = fleet.pub()
+    await fleet.register(WORKER, [pub.endpoint])
+    await connected(pub, fleet)
+    watchers = [Watcher(fleet.stub), Watcher(fleet.stub)]
+    await until(lambda: all(w.messages for w in watchers))
+    for n in range(1, 26):
+        pub.send(LoadStat(n, 0, 0, 100, 0))
+        await asyncio.sleep(0.02)
+    await until(lambda: all(w.view[WORKER].num_running_reqs == 25 for w in watchers))
+    for w in watchers:
+        await w.close()
+    first, second = ({m.time.ToNanoseconds(): m for m in w.messages[1:]} for w in watchers)
+    shared = first.keys() & second.keys()
+    assert shared, "no push reached both watchers as one message"
+    assert all(first[t].SerializeToString() == second[t].SerializeToString() for t in shared)
