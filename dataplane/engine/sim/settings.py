@@ -8,6 +8,7 @@ including the load-publisher endpoint refusals of SPEC §7.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -140,6 +141,11 @@ def parse_settings(argv: Sequence[str] | None = None) -> SimSettings:
     )
     if reason is not None:
         raise StartupError(f"--load-publish-endpoint {args.load_publish_endpoint!r}: {reason}")
+    if load_range is not None:
+        # The range's host is always a wildcard; like the KV events sockets, it binds on the
+        # --listen host: every listener defaults to loopback (SPEC §1), and consumers dial the
+        # worker URL's host (SPEC §7), i.e. that same host. A wildcard --listen binds the wildcard.
+        load_range = dataclasses.replace(load_range, host=host)
     kv_events, reason = kv_event_sockets(kv_endpoint, args.dp_size, host)
     if reason is not None:
         raise StartupError(f"--kv-events-endpoint {kv_endpoint!r}: {reason}")

@@ -22,11 +22,11 @@ def test_defaults() -> None:
 
 
 def test_auto_resolves_after_the_kv_range() -> None:
-    """auto with dp-size 2 resolves to KV port + 2."""
-    s = parse_settings(
-        ["--dp-size", "2", "--load-publish-endpoint", "auto", "--kv-events-endpoint", "tcp://*:6000"]
-    )
-    assert s.load_range == LoadPubRange("*", 6002, 2)
+    """auto with dp-size 2 resolves to KV port + 2, bound on the --listen host (a wildcard only if it is one)."""
+    flags = ["--dp-size", "2", "--load-publish-endpoint", "auto", "--kv-events-endpoint", "tcp://*:6000"]
+    assert parse_settings(flags).load_range == LoadPubRange("127.0.0.1", 6002, 2)
+    assert parse_settings([*flags, "--listen", "0.0.0.0:0"]).load_range == LoadPubRange("0.0.0.0", 6002, 2)
+    assert parse_settings([*flags, "--listen", "[::1]:0"]).load_range == LoadPubRange("::1", 6002, 2)
 
 
 def test_ipv6_listen() -> None:
