@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import signal
+import socket
 import threading
 import time
 import urllib.error
@@ -19,6 +20,10 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any, Optional
 
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -332,3 +337,48 @@ def test_sigterm_with_a_request_in_flight_stops_promptly_and_frees_every_port() 
         assert caught, "the in-flight request did not end with the process"
         ports = [sim.port, kv, kv + 1, base, base + 1]
         assert until(lambda: all(port_free(p) for p in ports), 5.0), [p for p in ports if not port_free(p)]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_h2c_stream_reset_frees_the_slot_on_the_wire(
+    stream: bool, readers: Callable[[list[str]], LoadReader]
+) -> None:
+    """A router cancelling one h2c stream (RST_STREAM, connection kept): the rank's load drops to 0."""
+    sim, base = auto_sim(1, "--http2", "--decode-tokens-per-s", "10")
+    with sim:
+        reader = readers([f"tcp://127.0.0.1:{base}"])
+        assert reader.wait(lambda: bool(reader.frames[0]), 10.0)
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        with socket.create_connection(("127.0.0.1", sim.port), timeout=10) as sock:
+            conn.initiate_connection()
+            body = json.dumps({**CHAT, "max_tokens": 100, "stream": stream}).encode()
+            conn.send_headers(
+                1,
+                [
+                    (":method", "POST"), (":path", "/v1/chat/completions"), (":scheme", "http"),
+                    (":authority", "audit"), ("content-type", "application/json"),
+                    ("content-length", str(len(body))),
+                ],
+            )  # fmt: skip
+            conn.send_data(1, body, end_stream=True)
+            sock.sendall(conn.data_to_send())
+            assert reader.wait(lambda: (reader.latest(0) or [None, 0])[1] == 1, 10.0), reader.latest(0)
+            conn.reset_stream(1, h2.errors.ErrorCodes.CANCEL)
+            sock.sendall(conn.data_to_send())
+            assert reader.wait(lambda: (reader.latest(0) or [None] * 4)[1:4] == [0, 0, 0], 5.0), (
+                reader.latest(0)
+            )
+            # The connection still serves: a new stream on it is answered.
+            conn.send_headers(
+                3, [(":method", "GET"), (":path", "/health"), (":scheme", "http"), (":authority", "audit")],
+                end_stream=True,
+            )  # fmt: skip
+            sock.sendall(conn.data_to_send())
+            status = None
+            deadline = time.monotonic() + 10
+            while status is None and time.monotonic() < deadline:
+                for event in conn.receive_data(sock.recv(65536)):
+                    if isinstance(event, h2.events.ResponseReceived) and event.stream_id == 3:
+                        status = dict(event.headers)[b":status"]
+                sock.sendall(conn.data_to_send())
+            assert status == b"200"

@@ -18,7 +18,7 @@ import structlog
 import zmq
 
 from dataplane.engine.publisher import LoadPublisher
-from tests.e2e.audit_engine.conftest import LoadReader, free_ports
+from tests.e2e.audit_engine.conftest import LoadReader, free_ports, until
 
 Counts = tuple[int, int, int, int]
 
@@ -301,3 +301,31 @@ def test_provider_errors_never_reach_the_scheduler_loop(pub_and_reader: Any) -> 
         assert pub.publish(lambda: (2, 0, 0, 0), force=True) is True
     assert sum(e["log_level"] == "warning" for e in logs) == 1
     assert expect(reader, 1) == [["LoadStat", 2, 0, 0, 0, 3]]
+
+
+def test_closed_publisher_releases_its_port(ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+    """After close() (LINGER 0) a restarted engine can bind the same endpoint again at once."""
+    port = free_ports(1)
+    endpoint = f"tcp://127.0.0.1:{port}"
+    pub = LoadPublisher.bind(endpoint, attn_dp_rank=0, context=ctx)
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(endpoint)
+    try:
+        for i in range(50):
+            pub.publish(lambda i=i: (i, 0, 0, 0), force=True)
+        pub.close()
+        assert not pub.enabled and pub.publish(lambda: (1, 1, 1, 1), force=True) is False
+        again: list[LoadPublisher] = []
+
+        def rebound() -> bool:
+            try:
+                again.append(LoadPublisher.bind(endpoint, attn_dp_rank=0, context=ctx))
+            except OSError:
+                return False
+            return True
+
+        assert until(rebound, 3.0), "the port stayed bound after close()"
+        again[0].close()
+    finally:
+        sub.close(linger=0)
