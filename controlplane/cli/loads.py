@@ -1,7 +1,8 @@
 """``fleetplane loads [--watch]`` (SPEC §1, §6 GetLoads/WatchLoads): worker load at a glance.
 
 One row per worker: freshness, running and waiting requests, a KV-cache bar, the age of the
-oldest rank's last frame, and the frame accounting (dropped, restarts, malformed).
+oldest rank's last frame, and the frame accounting (dropped, restarts, malformed); below the
+table, the ranks whose load publisher cannot be reached, and why.
 ``--watch`` follows WatchLoads and redraws in place (at least once a second, so ages move)
 until Ctrl-C; with ``--output json`` it prints each stream message as one JSON line.
 """
@@ -54,7 +55,13 @@ def bar(used: int, capacity: int) -> str:
 def render(workers: Iterable[load_pb2.WorkerLoad], extra_age_s: float = 0.0) -> str:
     """The load table; ``extra_age_s`` is the time since the view was built (for --watch)."""
     rows = []
+    unreachable = []
     for w in sorted(workers, key=lambda w: w.url):
+        unreachable += [
+            f"  {w.url} rank {r.dp_rank} ({r.endpoint}): {r.connect_error}"
+            for r in w.ranks
+            if r.connect_error
+        ]
         known = w.freshness != load_pb2.FRESHNESS_UNKNOWN or any(r.frames_received for r in w.ranks)
         rows.append(
             (
@@ -86,7 +93,10 @@ def render(workers: Iterable[load_pb2.WorkerLoad], extra_age_s: float = 0.0) -> 
         "restarts",
         "malformed",
     )
-    return table(headers, rows)
+    text = table(headers, rows)
+    if unreachable:
+        text += "\n\nnot connected to these load publishers:\n" + "\n".join(unreachable)
+    return text
 
 
 def run(args: argparse.Namespace) -> int:

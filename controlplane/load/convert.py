@@ -65,6 +65,7 @@ def worker_load(view: WorkerView) -> load_pb2.WorkerLoad:
                 freshness=FRESHNESS[r.freshness],
                 frames_received=r.frames_received,
                 malformed_frames=r.malformed_frames,
+                connect_error=r.connect_error,
             )
             for r in view.ranks
         ],

@@ -111,6 +111,17 @@ async def dial(endpoint: Endpoint, topic: bytes, max_frame_bytes: int) -> Dialed
     raise error
 
 
+def describe(exc: BaseException) -> str:
+    """A failed attempt in a few words for the operator ("connection refused", "handshake timed out")."""
+    if isinstance(exc, TimeoutError):
+        return f"no ZMTP handshake within {HANDSHAKE_TIMEOUT_S:g} s"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the host: {exc.strerror or exc}"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror[:1].lower() + exc.strerror[1:]
+    return str(exc) or type(exc).__name__
+
+
 async def _connected(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
     done = loop.create_future()
     loop.add_writer(sock.fileno(), _settle, done)

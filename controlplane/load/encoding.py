@@ -155,6 +155,7 @@ def _fill(
         m.publisher_restarts = r.publisher_restarts
     if r.malformed_frames:
         m.malformed_frames = r.malformed_frames
+    m.connect_error = r.connect_error  # set and cleared: connections come and go
     return freshness, age
 
 

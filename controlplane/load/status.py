@@ -41,11 +41,11 @@ def render_loads(workers: Sequence[WorkerRecord], views: Sequence[WorkerView]) -
         if view is None:
             continue
         colour = _COLOURS[view.freshness]
-        note = (
-            f"<br><span class='muted'>{html.escape(record.discovery_error)}</span>"
-            if record.discovery_error
-            else ""
-        )
+        notes = [record.discovery_error] if record.discovery_error else []
+        notes += [
+            f"rank {r.dp_rank} ({r.endpoint}): {r.connect_error}" for r in view.ranks if r.connect_error
+        ]
+        note = "".join(f"<br><span class='muted'>{html.escape(n)}</span>" for n in notes)
         cells = (
             f"<code>{html.escape(record.url)}</code>{note}",
             record.resolved_protocol.name,

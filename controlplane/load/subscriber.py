@@ -45,7 +45,7 @@ import structlog
 
 from controlplane.load import metrics
 from controlplane.load.batches import BATCH_BUDGET, BatchReader
-from controlplane.load.dialer import Endpoint, dial, parse_endpoint
+from controlplane.load.dialer import Endpoint, describe, dial, parse_endpoint
 from controlplane.load.table import FrameOutcome, LoadTable, RankState
 from controlplane.load.wire import WireError, decode_frame
 from controlplane.load.zmtp import FrameReader, ZmtpError
@@ -162,6 +162,7 @@ class LoadSubscriber(BatchReader["_Link"]):
                         error=str(exc),
                     )
                 link.failures += 1
+                self._table.record_connect_error(link.rank, describe(exc))
                 await self._backoff(delay)
                 # An engine down for a minute is starting (minutes for a large model) or
                 # gone: retrying it every 2 s was 4x libzmq's CPU at a thousand ranks (each
@@ -174,6 +175,7 @@ class LoadSubscriber(BatchReader["_Link"]):
                 return
             delay = RECONNECT_IVL_S
             link.failures = 0
+            self._table.record_connect_error(link.rank, "")
             link.lost = self._loop.create_future()
             self._attach(link, dialed.sock, dialed.reader)
             early = dialed.early

@@ -66,6 +66,8 @@ class RankState:
     # The publisher closed its connection (its engine stopped or restarted): the first frame
     # after we reconnect comes from a new publisher, a restart whatever its seq.
     publisher_left: bool = False
+    # Why the ingest is not connected to the publisher ("" while connected).
+    connect_error: str = ""
     # Malformed frames since the last good one (non-zero: an episode, logged once). A later
     # jump of the sequence is explained by them first: a frame received as garbage is
     # malformed, not also dropped.
@@ -89,6 +91,7 @@ class RankView:
     freshness: Freshness
     frames_received: int
     malformed_frames: int
+    connect_error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +220,12 @@ class LoadTable:
             rank.has_baseline = False
             rank.publisher_left = True
 
+    def record_connect_error(self, rank: RankState, error: str) -> None:
+        """Why the ingest cannot reach ``rank``'s publisher ("" once connected); pushed on change only."""
+        if rank.connect_error != error:
+            rank.connect_error = error
+            self._dirty.add(rank.worker_url)
+
     def record_malformed(self, rank: RankState) -> bool:
         """Count a malformed frame; True when it starts a new episode (the one to log)."""
         rank.malformed_frames += 1
@@ -300,6 +309,7 @@ class LoadTable:
                     freshness=freshness,
                     frames_received=rank.frames_received,
                     malformed_frames=rank.malformed_frames,
+                    connect_error=rank.connect_error,
                 )
             )
         return WorkerView(

@@ -25,17 +25,17 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63ontrolplane/v1/load.proto\x12\x0f\x63ontrolplane.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb1\x02\n\x06Worker\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x31\n\x08protocol\x18\x02 \x01(\x0e\x32\x1f.controlplane.v1.WorkerProtocol\x12:\n\x11resolved_protocol\x18\x03 \x01(\x0e\x32\x1f.controlplane.v1.WorkerProtocol\x12\x0e\n\x06models\x18\x04 \x03(\t\x12\x16\n\x0eload_endpoints\x18\x05 \x03(\t\x12\x12\n\nload_topic\x18\x06 \x01(\t\x12\x0f\n\x07\x64p_size\x18\x07 \x01(\x05\x12\x12\n\ndiscovered\x18\x08 \x01(\x08\x12\x31\n\rregister_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x64iscovery_error\x18\n \x01(\t\"\x7f\n\x15RegisterWorkerRequest\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x31\n\x08protocol\x18\x02 \x01(\x0e\x32\x1f.controlplane.v1.WorkerProtocol\x12\x0e\n\x06models\x18\x03 \x03(\t\x12\x16\n\x0eload_endpoints\x18\x04 \x03(\t\"A\n\x16RegisterWorkerResponse\x12\'\n\x06worker\x18\x01 \x01(\x0b\x32\x17.controlplane.v1.Worker\"&\n\x17\x44\x65registerWorkerRequest\x12\x0b\n\x03url\x18\x01 \x01(\t\"\x1a\n\x18\x44\x65registerWorkerResponse\"\x14\n\x12ListWorkersRequest\"?\n\x13ListWorkersResponse\x12(\n\x07workers\x18\x01 \x03(\x0b\x32\x17.controlplane.v1.Worker\"\xc5\x02\n\x08RankLoad\x12\x0f\n\x07\x64p_rank\x18\x01 \x01(\x05\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x18\n\x10num_running_reqs\x18\x03 \x01(\x03\x12\x18\n\x10num_waiting_reqs\x18\x04 \x01(\x03\x12\x12\n\nnum_tokens\x18\x05 \x01(\x03\x12\x1c\n\x14max_total_num_tokens\x18\x06 \x01(\x03\x12\x0b\n\x03seq\x18\x07 \x01(\x03\x12\r\n\x05\x61ge_s\x18\x08 \x01(\x01\x12\x16\n\x0e\x64ropped_frames\x18\t \x01(\x03\x12\x1a\n\x12publisher_restarts\x18\n \x01(\x03\x12-\n\tfreshness\x18\x0b \x01(\x0e\x32\x1a.controlplane.v1.Freshness\x12\x17\n\x0f\x66rames_received\x18\x0c \x01(\x03\x12\x18\n\x10malformed_frames\x18\r \x01(\x03\"\xe7\x01\n\nWorkerLoad\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x18\n\x10num_running_reqs\x18\x02 \x01(\x03\x12\x18\n\x10num_waiting_reqs\x18\x03 \x01(\x03\x12\x12\n\nnum_tokens\x18\x04 \x01(\x03\x12\x1c\n\x14max_total_num_tokens\x18\x05 \x01(\x03\x12-\n\tfreshness\x18\x06 \x01(\x0e\x32\x1a.controlplane.v1.Freshness\x12\r\n\x05\x61ge_s\x18\x07 \x01(\x01\x12(\n\x05ranks\x18\x08 \x03(\x0b\x32\x19.controlplane.v1.RankLoad\"\x11\n\x0fGetLoadsRequest\"@\n\x10GetLoadsResponse\x12,\n\x07workers\x18\x01 \x03(\x0b\x32\x1b.controlplane.v1.WorkerLoad\"&\n\x11WatchLoadsRequest\x12\x11\n\trouter_id\x18\x01 \x01(\t\"\x90\x01\n\x12WatchLoadsResponse\x12\x0c\n\x04\x66ull\x18\x01 \x01(\x08\x12,\n\x07workers\x18\x02 \x03(\x0b\x32\x1b.controlplane.v1.WorkerLoad\x12\x14\n\x0cremoved_urls\x18\x03 \x03(\t\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\x7f\n\x0eWorkerProtocol\x12\x1f\n\x1bWORKER_PROTOCOL_UNSPECIFIED\x10\x00\x12\x18\n\x14WORKER_PROTOCOL_AUTO\x10\x01\x12\x19\n\x15WORKER_PROTOCOL_HTTP1\x10\x02\x12\x17\n\x13WORKER_PROTOCOL_H2C\x10\x03*g\n\tFreshness\x12\x19\n\x15\x46RESHNESS_UNSPECIFIED\x10\x00\x12\x15\n\x11\x46RESHNESS_UNKNOWN\x10\x01\x12\x13\n\x0f\x46RESHNESS_FRESH\x10\x02\x12\x13\n\x0f\x46RESHNESS_STALE\x10\x03\x32\xdd\x03\n\x0bLoadService\x12\x61\n\x0eRegisterWorker\x12&.controlplane.v1.RegisterWorkerRequest\x1a\'.controlplane.v1.RegisterWorkerResponse\x12g\n\x10\x44\x65registerWorker\x12(.controlplane.v1.DeregisterWorkerRequest\x1a).controlplane.v1.DeregisterWorkerResponse\x12X\n\x0bListWorkers\x12#.controlplane.v1.ListWorkersRequest\x1a$.controlplane.v1.ListWorkersResponse\x12O\n\x08GetLoads\x12 .controlplane.v1.GetLoadsRequest\x1a!.controlplane.v1.GetLoadsResponse\x12W\n\nWatchLoads\x12\".controlplane.v1.WatchLoadsRequest\x1a#.controlplane.v1.WatchLoadsResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63ontrolplane/v1/load.proto\x12\x0f\x63ontrolplane.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb1\x02\n\x06Worker\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x31\n\x08protocol\x18\x02 \x01(\x0e\x32\x1f.controlplane.v1.WorkerProtocol\x12:\n\x11resolved_protocol\x18\x03 \x01(\x0e\x32\x1f.controlplane.v1.WorkerProtocol\x12\x0e\n\x06models\x18\x04 \x03(\t\x12\x16\n\x0eload_endpoints\x18\x05 \x03(\t\x12\x12\n\nload_topic\x18\x06 \x01(\t\x12\x0f\n\x07\x64p_size\x18\x07 \x01(\x05\x12\x12\n\ndiscovered\x18\x08 \x01(\x08\x12\x31\n\rregister_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x64iscovery_error\x18\n \x01(\t\"\x7f\n\x15RegisterWorkerRequest\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x31\n\x08protocol\x18\x02 \x01(\x0e\x32\x1f.controlplane.v1.WorkerProtocol\x12\x0e\n\x06models\x18\x03 \x03(\t\x12\x16\n\x0eload_endpoints\x18\x04 \x03(\t\"A\n\x16RegisterWorkerResponse\x12\'\n\x06worker\x18\x01 \x01(\x0b\x32\x17.controlplane.v1.Worker\"&\n\x17\x44\x65registerWorkerRequest\x12\x0b\n\x03url\x18\x01 \x01(\t\"\x1a\n\x18\x44\x65registerWorkerResponse\"\x14\n\x12ListWorkersRequest\"?\n\x13ListWorkersResponse\x12(\n\x07workers\x18\x01 \x03(\x0b\x32\x17.controlplane.v1.Worker\"\xdc\x02\n\x08RankLoad\x12\x0f\n\x07\x64p_rank\x18\x01 \x01(\x05\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x18\n\x10num_running_reqs\x18\x03 \x01(\x03\x12\x18\n\x10num_waiting_reqs\x18\x04 \x01(\x03\x12\x12\n\nnum_tokens\x18\x05 \x01(\x03\x12\x1c\n\x14max_total_num_tokens\x18\x06 \x01(\x03\x12\x0b\n\x03seq\x18\x07 \x01(\x03\x12\r\n\x05\x61ge_s\x18\x08 \x01(\x01\x12\x16\n\x0e\x64ropped_frames\x18\t \x01(\x03\x12\x1a\n\x12publisher_restarts\x18\n \x01(\x03\x12-\n\tfreshness\x18\x0b \x01(\x0e\x32\x1a.controlplane.v1.Freshness\x12\x17\n\x0f\x66rames_received\x18\x0c \x01(\x03\x12\x18\n\x10malformed_frames\x18\r \x01(\x03\x12\x15\n\rconnect_error\x18\x0e \x01(\t\"\xe7\x01\n\nWorkerLoad\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x18\n\x10num_running_reqs\x18\x02 \x01(\x03\x12\x18\n\x10num_waiting_reqs\x18\x03 \x01(\x03\x12\x12\n\nnum_tokens\x18\x04 \x01(\x03\x12\x1c\n\x14max_total_num_tokens\x18\x05 \x01(\x03\x12-\n\tfreshness\x18\x06 \x01(\x0e\x32\x1a.controlplane.v1.Freshness\x12\r\n\x05\x61ge_s\x18\x07 \x01(\x01\x12(\n\x05ranks\x18\x08 \x03(\x0b\x32\x19.controlplane.v1.RankLoad\"\x11\n\x0fGetLoadsRequest\"@\n\x10GetLoadsResponse\x12,\n\x07workers\x18\x01 \x03(\x0b\x32\x1b.controlplane.v1.WorkerLoad\"&\n\x11WatchLoadsRequest\x12\x11\n\trouter_id\x18\x01 \x01(\t\"\x90\x01\n\x12WatchLoadsResponse\x12\x0c\n\x04\x66ull\x18\x01 \x01(\x08\x12,\n\x07workers\x18\x02 \x03(\x0b\x32\x1b.controlplane.v1.WorkerLoad\x12\x14\n\x0cremoved_urls\x18\x03 \x03(\t\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\x7f\n\x0eWorkerProtocol\x12\x1f\n\x1bWORKER_PROTOCOL_UNSPECIFIED\x10\x00\x12\x18\n\x14WORKER_PROTOCOL_AUTO\x10\x01\x12\x19\n\x15WORKER_PROTOCOL_HTTP1\x10\x02\x12\x17\n\x13WORKER_PROTOCOL_H2C\x10\x03*g\n\tFreshness\x12\x19\n\x15\x46RESHNESS_UNSPECIFIED\x10\x00\x12\x15\n\x11\x46RESHNESS_UNKNOWN\x10\x01\x12\x13\n\x0f\x46RESHNESS_FRESH\x10\x02\x12\x13\n\x0f\x46RESHNESS_STALE\x10\x03\x32\xdd\x03\n\x0bLoadService\x12\x61\n\x0eRegisterWorker\x12&.controlplane.v1.RegisterWorkerRequest\x1a\'.controlplane.v1.RegisterWorkerResponse\x12g\n\x10\x44\x65registerWorker\x12(.controlplane.v1.DeregisterWorkerRequest\x1a).controlplane.v1.DeregisterWorkerResponse\x12X\n\x0bListWorkers\x12#.controlplane.v1.ListWorkersRequest\x1a$.controlplane.v1.ListWorkersResponse\x12O\n\x08GetLoads\x12 .controlplane.v1.GetLoadsRequest\x1a!.controlplane.v1.GetLoadsResponse\x12W\n\nWatchLoads\x12\".controlplane.v1.WatchLoadsRequest\x1a#.controlplane.v1.WatchLoadsResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'controlplane.v1.load_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_WORKERPROTOCOL']._serialized_start=1573
-  _globals['_WORKERPROTOCOL']._serialized_end=1700
-  _globals['_FRESHNESS']._serialized_start=1702
-  _globals['_FRESHNESS']._serialized_end=1805
+  _globals['_WORKERPROTOCOL']._serialized_start=1596
+  _globals['_WORKERPROTOCOL']._serialized_end=1723
+  _globals['_FRESHNESS']._serialized_start=1725
+  _globals['_FRESHNESS']._serialized_end=1828
   _globals['_WORKER']._serialized_start=81
   _globals['_WORKER']._serialized_end=386
   _globals['_REGISTERWORKERREQUEST']._serialized_start=388
@@ -51,17 +51,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTWORKERSRESPONSE']._serialized_start=674
   _globals['_LISTWORKERSRESPONSE']._serialized_end=737
   _globals['_RANKLOAD']._serialized_start=740
-  _globals['_RANKLOAD']._serialized_end=1065
-  _globals['_WORKERLOAD']._serialized_start=1068
-  _globals['_WORKERLOAD']._serialized_end=1299
-  _globals['_GETLOADSREQUEST']._serialized_start=1301
-  _globals['_GETLOADSREQUEST']._serialized_end=1318
-  _globals['_GETLOADSRESPONSE']._serialized_start=1320
-  _globals['_GETLOADSRESPONSE']._serialized_end=1384
-  _globals['_WATCHLOADSREQUEST']._serialized_start=1386
-  _globals['_WATCHLOADSREQUEST']._serialized_end=1424
-  _globals['_WATCHLOADSRESPONSE']._serialized_start=1427
-  _globals['_WATCHLOADSRESPONSE']._serialized_end=1571
-  _globals['_LOADSERVICE']._serialized_start=1808
-  _globals['_LOADSERVICE']._serialized_end=2285
+  _globals['_RANKLOAD']._serialized_end=1088
+  _globals['_WORKERLOAD']._serialized_start=1091
+  _globals['_WORKERLOAD']._serialized_end=1322
+  _globals['_GETLOADSREQUEST']._serialized_start=1324
+  _globals['_GETLOADSREQUEST']._serialized_end=1341
+  _globals['_GETLOADSRESPONSE']._serialized_start=1343
+  _globals['_GETLOADSRESPONSE']._serialized_end=1407
+  _globals['_WATCHLOADSREQUEST']._serialized_start=1409
+  _globals['_WATCHLOADSREQUEST']._serialized_end=1447
+  _globals['_WATCHLOADSRESPONSE']._serialized_start=1450
+  _globals['_WATCHLOADSRESPONSE']._serialized_end=1594
+  _globals['_LOADSERVICE']._serialized_start=1831
+  _globals['_LOADSERVICE']._serialized_end=2308
 # @@protoc_insertion_point(module_scope)

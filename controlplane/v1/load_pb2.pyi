@@ -95,7 +95,7 @@ class ListWorkersResponse(_message.Message):
     def __init__(self, workers: _Optional[_Iterable[_Union[Worker, _Mapping]]] = ...) -> None: ...
 
 class RankLoad(_message.Message):
-    __slots__ = ("dp_rank", "endpoint", "num_running_reqs", "num_waiting_reqs", "num_tokens", "max_total_num_tokens", "seq", "age_s", "dropped_frames", "publisher_restarts", "freshness", "frames_received", "malformed_frames")
+    __slots__ = ("dp_rank", "endpoint", "num_running_reqs", "num_waiting_reqs", "num_tokens", "max_total_num_tokens", "seq", "age_s", "dropped_frames", "publisher_restarts", "freshness", "frames_received", "malformed_frames", "connect_error")
     DP_RANK_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     NUM_RUNNING_REQS_FIELD_NUMBER: _ClassVar[int]
@@ -109,6 +109,7 @@ class RankLoad(_message.Message):
     FRESHNESS_FIELD_NUMBER: _ClassVar[int]
     FRAMES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     MALFORMED_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    CONNECT_ERROR_FIELD_NUMBER: _ClassVar[int]
     dp_rank: int
     endpoint: str
     num_running_reqs: int
@@ -122,7 +123,8 @@ class RankLoad(_message.Message):
     freshness: Freshness
     frames_received: int
     malformed_frames: int
-    def __init__(self, dp_rank: _Optional[int] = ..., endpoint: _Optional[str] = ..., num_running_reqs: _Optional[int] = ..., num_waiting_reqs: _Optional[int] = ..., num_tokens: _Optional[int] = ..., max_total_num_tokens: _Optional[int] = ..., seq: _Optional[int] = ..., age_s: _Optional[float] = ..., dropped_frames: _Optional[int] = ..., publisher_restarts: _Optional[int] = ..., freshness: _Optional[_Union[Freshness, str]] = ..., frames_received: _Optional[int] = ..., malformed_frames: _Optional[int] = ...) -> None: ...
+    connect_error: str
+    def __init__(self, dp_rank: _Optional[int] = ..., endpoint: _Optional[str] = ..., num_running_reqs: _Optional[int] = ..., num_waiting_reqs: _Optional[int] = ..., num_tokens: _Optional[int] = ..., max_total_num_tokens: _Optional[int] = ..., seq: _Optional[int] = ..., age_s: _Optional[float] = ..., dropped_frames: _Optional[int] = ..., publisher_restarts: _Optional[int] = ..., freshness: _Optional[_Union[Freshness, str]] = ..., frames_received: _Optional[int] = ..., malformed_frames: _Optional[int] = ..., connect_error: _Optional[str] = ...) -> None: ...
 
 class WorkerLoad(_message.Message):
     __slots__ = ("url", "num_running_reqs", "num_waiting_reqs", "num_tokens", "max_total_num_tokens", "freshness", "age_s", "ranks")

@@ -438,3 +438,21 @@ async def test_watchers_in_step_get_the_same_message_for_each_push(fleet: Fleet)
     shared = first.keys() & second.keys()
     assert shared, "no push reached both watchers as one message"
     assert all(first[t].SerializeToString() == second[t].SerializeToString() for t in shared)
+
+
+async def test_an_unreachable_publisher_says_why_until_it_is_up(fleet: Fleet) -> None:
+    """A rank nobody publishes on shows "connection refused"; once a publisher binds there it clears."""
+    port = free_port_range(1)
+    await fleet.register(WORKER, [f"tcp://127.0.0.1:{port}"])
+
+    async def reason() -> str:
+        return (await fleet.load()).ranks[0].connect_error
+
+    async def refused() -> bool:
+        return await reason() == "connection refused"
+
+    await until_async(refused)
+    pub = Pub(fleet.ctx, f"tcp://127.0.0.1:{port}")
+    fleet.pubs.append(pub)
+    await connected(pub, fleet)
+    assert await reason() == ""

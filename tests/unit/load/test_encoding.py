@@ -43,6 +43,19 @@ def test_reused_message_does_not_keep_values_of_a_previous_registration() -> Non
     assert again.freshness == load_pb2.FRESHNESS_UNKNOWN
 
 
+def test_a_connect_error_is_encoded_and_cleared_in_the_reused_message() -> None:
+    """A rank's connect error reaches watchers as GetLoads shows it, and is gone once it connects."""
+    table = LoadTable(stale_after_s=1.0)
+    encoder = WorkerLoadEncoder(stale_after_s=1.0)
+    _, r1 = table.set_worker(URL, ["tcp://h:1", "tcp://h:2"])
+    table.record_connect_error(r1, "connection refused")
+    for _ in range(2):  # the message is reused: the error must be cleared in it, not kept
+        encoded = load_pb2.WorkerLoad.FromString(encoder.encode(URL, table.rank_states(URL) or [], 0.0))
+        assert encoded == worker_load(table.view(URL, 0.0))  # type: ignore[arg-type]
+        assert [r.connect_error for r in encoded.ranks] == ["", r1.connect_error]
+        table.record_connect_error(r1, "")
+
+
 def test_changed_endpoints_are_encoded_after_re_registration() -> None:
     """A worker re-registered with other or more endpoints is encoded with the new ranks."""
     table = LoadTable(stale_after_s=1.0)

@@ -111,6 +111,20 @@ def test_a_publisher_leaving_before_its_first_frame_or_re_registered_is_no_resta
     assert (r0.publisher_restarts, r0.dropped_frames) == (0, 0)
 
 
+def test_a_connect_error_changes_the_worker_only_when_it_changes() -> None:
+    """Retrying a dead endpoint does not push the worker again and again: only a new reason does."""
+    table = LoadTable(stale_after_s=3.0)
+    (r0,) = table.set_worker(URL, EPS[:1])
+    table.take_changes(0.0)
+    table.record_connect_error(r0, "connection refused")
+    assert table.take_changes(0.0).changed == (URL,)
+    table.record_connect_error(r0, "connection refused")
+    assert not table.take_changes(0.0)
+    table.record_connect_error(r0, "")
+    assert table.take_changes(0.0).changed == (URL,)
+    assert table.view(URL, 0.0).ranks[0].connect_error == ""  # type: ignore[union-attr]
+
+
 def test_stale_rank_recovers_on_next_frame() -> None:
     """A STALE rank is FRESH again as soon as a frame arrives."""
     table = LoadTable(stale_after_s=1.0)
