@@ -71,6 +71,7 @@ def test_get_surface(flag: str | None, protocol: str) -> None:
         assert status == 200
         assert info["enable_http2"] is (flag is not None)
         assert info["dp_size"] == 2 and info["max_total_num_tokens"] == 5000
+        assert info["port"] == sim.port  # the bound port, not the 0 it was asked for
         assert os.path.isdir(info["model_path"])  # a local path, never a hub name
         status, body = get(sim, "/v1/models", protocol)
         models = json.loads(body)
