@@ -36,6 +36,8 @@ DEFAULT_CONTROL_PLANE = "127.0.0.1:50051"
 DEFAULT_TIMEOUT_S = 10.0
 SERVER_ERROR_EXIT = 1
 USAGE_ERROR_EXIT = 2
+# Large fleets' GetLoads/ListWorkers answers outgrow gRPC's default 4 MB receive limit.
+_CHANNEL_OPTIONS = (("grpc.max_receive_message_length", 256 * 1024 * 1024),)
 
 R = TypeVar("R")
 M = TypeVar("M", bound=Message)
@@ -102,14 +104,14 @@ class ControlPlaneClient:
         if (tls_cert is None) != (tls_key is None):
             raise CommandError("--tls-cert and --tls-key: give both or neither", USAGE_ERROR_EXIT)
         if tls_ca is None and tls_cert is None:
-            self.channel = grpc.insecure_channel(target)
+            self.channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
         else:
             credentials = grpc.ssl_channel_credentials(
                 root_certificates=_read_pem("--tls-ca", tls_ca),
                 private_key=_read_pem("--tls-key", tls_key),
                 certificate_chain=_read_pem("--tls-cert", tls_cert),
             )
-            self.channel = grpc.secure_channel(target, credentials)
+            self.channel = grpc.secure_channel(target, credentials, options=_CHANNEL_OPTIONS)
 
     @staticmethod
     def from_args(args: argparse.Namespace) -> ControlPlaneClient:

@@ -28,10 +28,15 @@ from dataplane.router.subscription import (
 log = structlog.get_logger(__name__)
 
 # The channel's own reconnect backoff (default: up to 120 s) must not outlast ours.
+# A full WatchLoads view is ~90 bytes per one-rank worker and ~560 per eight-rank one: past
+# gRPC's default 4 MB receive limit at ~7 000 eight-rank workers, where the router would be
+# refused every view. The control plane sends without a limit.
+MAX_RECEIVE_MESSAGE_BYTES = 256 * 1024 * 1024
 _CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
 )
 
 

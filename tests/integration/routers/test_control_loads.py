@@ -84,3 +84,50 @@ async def test_registered_worker_and_its_fresh_load_reach_the_router(tmp_path: P
                 return view is not None and not view.fresh
 
             await eventually(stale, timeout_s=5)
+
+
+class _BigFleetLoads(load_pb2_grpc.LoadServiceServicer):
+    """A LoadService whose full view is larger than gRPC's default 4 MB receive limit."""
+
+    def __init__(self, workers: int) -> None:
+        view = load_pb2.WatchLoadsResponse(full=True)
+        for i in range(workers):
+            w = view.workers.add(
+                url=f"http://10.{i >> 16}.{(i >> 8) & 255}.{i & 255}:30000",
+                num_running_reqs=1,
+                freshness=load_pb2.FRESHNESS_FRESH,
+            )
+            w.ranks.add(dp_rank=0, endpoint=f"tcp://10.{i >> 16}.{(i >> 8) & 255}.{i & 255}:5557", seq=7)
+        self.view = view
+
+    async def WatchLoads(
+        self, request: load_pb2.WatchLoadsRequest, context: object
+    ) -> AsyncIterator[load_pb2.WatchLoadsResponse]:  # type: ignore[override]
+        yield self.view
+        await asyncio.Event().wait()
+
+    async def ListWorkers(
+        self, request: load_pb2.ListWorkersRequest, context: object
+    ) -> load_pb2.ListWorkersResponse:  # type: ignore[override]
+        return load_pb2.ListWorkersResponse()
+
+
+async def test_a_full_view_beyond_grpcs_default_4_mb_reaches_the_router() -> None:
+    """A fleet whose WatchLoads view is over 4 MB (80 000 workers) still reaches the router."""
+    servicer = _BigFleetLoads(80_000)
+    assert servicer.view.ByteSize() > 4 * 1024 * 1024
+    server = grpc.aio.server()
+    load_pb2_grpc.add_LoadServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        router = FakeRouter()
+        settings = ControlSettings(target=f"127.0.0.1:{port}", router_id="r", workers_poll_s=5)
+        async with subscription(settings, router):
+
+            async def arrived() -> bool:
+                return len(router.loads) == 80_000
+
+            await eventually(arrived, timeout_s=20)
+    finally:
+        await server.stop(None)
