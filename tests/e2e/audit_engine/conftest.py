@@ -72,8 +72,15 @@ def free_ports(count: int) -> int:
 class Sim:
     """One ``engine-sim`` process: ``url``, ``port``, ``pid`` once it printed its listening line."""
 
-    def __init__(self, *flags: str, listen: str = "127.0.0.1:0") -> None:
+    def __init__(self, *flags: str, listen: str = "127.0.0.1:0", console_script: bool = False) -> None:
         self.flags = ["--listen", listen, *flags]
+        # ``fleetplane engine-sim`` (the console script; it execs, so the PID is the engine's)
+        # or ``python -m dataplane.engine.sim``.
+        self.program = (
+            [str(Path(sys.executable).parent / "fleetplane"), "engine-sim"]
+            if console_script
+            else [sys.executable, "-m", "dataplane.engine.sim"]
+        )
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
         self.port = 0
@@ -82,7 +89,7 @@ class Sim:
 
     def start(self, timeout_s: float = 20.0) -> Sim:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dataplane.engine.sim", *self.flags],
+            [*self.program, *self.flags],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=self._stderr,

@@ -209,17 +209,12 @@ def sim_h2() -> Any:
 # -- load on the wire ----------------------------------------------------------------------------
 
 
-def auto_sim(dp: int, *flags: str) -> tuple[Sim, int]:
+def auto_sim(dp: int, *flags: str, console_script: bool = False) -> tuple[Sim, int]:
     kv = free_ports(2 * dp)
     sim = Sim(
-        "--dp-size",
-        str(dp),
-        "--load-publish-endpoint",
-        "auto",
-        "--kv-events-endpoint",
-        f"tcp://*:{kv}",
-        *flags,
-    )
+        "--dp-size", str(dp), "--load-publish-endpoint", "auto", "--kv-events-endpoint", f"tcp://*:{kv}", *flags,
+        console_script=console_script,
+    )  # fmt: skip
     return sim, kv + dp
 
 
@@ -309,8 +304,8 @@ def test_load_follows_requests_and_returns_to_idle(
 
 
 def test_sigterm_with_a_request_in_flight_stops_promptly_and_frees_every_port() -> None:
-    """SIGTERM: exit 0 within a few seconds although a request would run for minutes; ports free."""
-    sim, base = auto_sim(2, "--decode-tokens-per-s", "1")
+    """`fleetplane engine-sim`, SIGTERM: exit 0 within seconds although a request would run for minutes; ports free."""
+    sim, base = auto_sim(2, "--decode-tokens-per-s", "1", console_script=True)
     kv = base - 2
     with sim:
         client = openai.OpenAI(base_url=sim.url + "/v1", api_key="none", max_retries=0, timeout=30)
