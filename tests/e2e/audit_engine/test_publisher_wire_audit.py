@@ -8,6 +8,7 @@ waiting for the heartbeat; these tests check exactly that reading.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,8 +18,9 @@ import pytest
 import structlog
 import zmq
 
-from dataplane.engine.publisher import LoadPublisher
-from tests.e2e.audit_engine.conftest import LoadReader, free_ports, until
+from dataplane.engine.endpoints import resolve_load_pub_range
+from dataplane.engine.publisher import LoadPublisher, create_load_publisher
+from tests.e2e.audit_engine.conftest import LoadReader, free_ports, port_free, until
 
 Counts = tuple[int, int, int, int]
 
@@ -329,3 +331,40 @@ def test_closed_publisher_releases_its_port(ctx: zmq.Context[zmq.Socket[bytes]])
         again[0].close()
     finally:
         sub.close(linger=0)
+
+
+def test_only_publishing_ranks_bind_at_base_plus_rank(
+    ctx: zmq.Context[zmq.Socket[bytes]], readers: Callable[[list[str]], LoadReader]
+) -> None:
+    """Per scheduler: pp/attn-TP/attn-CP rank 0 binds base + its (attention-)DP rank; the others bind nothing."""
+    base = free_ports(3)
+    load_range, reason = resolve_load_pub_range(
+        kv_endpoint=f"tcp://*:{base - 3}",
+        replay_endpoint=None,
+        dp_size=3,
+        load_publish_endpoint=f"tcp://*:{base}",
+    )
+    assert reason is None and load_range is not None
+    load_range = dataclasses.replace(load_range, host="127.0.0.1")  # bind loopback only in tests
+    silent = [
+        create_load_publisher(load_range, dp_rank=0, attn_tp_rank=1, context=ctx),
+        create_load_publisher(load_range, dp_rank=0, pp_rank=1, context=ctx),
+        create_load_publisher(load_range, dp_rank=0, attn_cp_rank=1, context=ctx),
+    ]
+    assert not any(p.enabled for p in silent)
+    assert port_free(base)
+    # DP attention: the attention-DP rank picks the port and is the rank on the wire.
+    pub = create_load_publisher(load_range, dp_rank=0, attn_dp_size=3, attn_dp_rank=2, context=ctx)
+    try:
+        assert pub.enabled and port_free(base) and not port_free(base + 2)
+        reader = readers([f"tcp://127.0.0.1:{base + 2}"])
+        values = iter(range(1, 10_000))
+
+        def heard() -> bool:
+            pub.publish(lambda: (next(values), 0, 0, 9), force=True)
+            return bool(reader.frames[0])
+
+        assert reader.wait(heard, 10.0)
+        assert reader.latest(0) is not None and reader.latest(0)[5] == 2  # type: ignore[index]
+    finally:
+        pub.close()
