@@ -378,3 +378,32 @@ def test_h2c_stream_reset_frees_the_slot_on_the_wire(
                         status = dict(event.headers)[b":status"]
                 sock.sendall(conn.data_to_send())
             assert status == b"200"
+
+
+class EngineCompletion(BaseModel):
+    """/v1/completions as reference A.1 types it: every sampling field non-Optional with a default."""
+
+    model_config = ConfigDict(extra="ignore")
+    prompt: str
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    n: int = 1
+
+
+@pytest.mark.parametrize(
+    "bad", [{"temperature": None}, {"top_k": None, "top_p": "x"}, {"n": "1.5"}, {"min_p": [0]}], ids=str
+)
+def test_completions_422_bodies_are_pydantics(sim_h2: Sim, bad: dict[str, Any]) -> None:
+    """/v1/completions refuses null for its non-Optional fields, with pydantic's exact errors."""
+    body = {"prompt": "hi", **bad}
+    status, _headers, answer = post(sim_h2, "/v1/completions", body)
+    assert status == 422
+    with pytest.raises(ValidationError) as caught:
+        EngineCompletion.model_validate(body)
+    want = [{**e, "loc": ["body", *e["loc"]]} for e in json.loads(caught.value.json(include_url=False))]
+    assert answer == {"detail": want}
