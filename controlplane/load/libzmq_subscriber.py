@@ -29,7 +29,12 @@ import zmq
 
 from controlplane.load import metrics
 from controlplane.load.batches import BATCH_BUDGET, BatchReader
-from controlplane.load.dialer import SubscribeError
+from controlplane.load.dialer import (
+    TCP_KEEPALIVE_CNT,
+    TCP_KEEPALIVE_IDLE_S,
+    TCP_KEEPALIVE_INTVL_S,
+    SubscribeError,
+)
 from controlplane.load.subscriber import MAX_FRAME_BYTES, TICK_S
 from controlplane.load.table import FrameOutcome, LoadTable, RankState
 from controlplane.load.wire import WireError, decode_frame
@@ -44,12 +49,10 @@ MAX_SOCKETS = 65536
 # Reconnect backoff as in sgl-router's subscriber: 100 ms doubling to a 2 s cap.
 RECONNECT_IVL_MS = 100
 RECONNECT_IVL_MAX_MS = 2000
-# A dead engine host is detected by TCP keepalive, NOT by ZMTP heartbeats: a SUB whose
-# queue is full stops reading, misses the PINGs, reconnects, and libzmq <= 4.3.5 then
-# aborts the process on "Assertion failed: _input_stopped" (zeromq/libzmq#3937, #4767).
-TCP_KEEPALIVE_IDLE_S = 10
-TCP_KEEPALIVE_INTVL_S = 5
-TCP_KEEPALIVE_CNT = 3
+# A dead engine host is detected by TCP keepalive (the ingest's settings, ``dialer.py``), NOT
+# by ZMTP heartbeats: a SUB whose queue is full stops reading, misses the PINGs, reconnects,
+# and libzmq <= 4.3.5 then aborts the process on "Assertion failed: _input_stopped"
+# (zeromq/libzmq#3937, #4767).
 
 
 @dataclass(slots=True, eq=False)
