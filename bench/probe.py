@@ -27,9 +27,9 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controlplane.contracts import parse_contract_json
-from dataplane.router.enforce import compile_contract, enforce
-from dataplane.router.probe import probe_body
-from dataplane.router.request_body import RequestBody
+from dataplane.router.body import RequestBody
+from dataplane.router.contract.enforce import compile_contract, enforce
+from dataplane.router.contract.probe import probe_body
 
 WORDS = [
     "the",

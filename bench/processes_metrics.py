@@ -1,7 +1,7 @@
 """``GET /metrics`` latency of a ``--processes N`` router (every child answers for all) vs one process.
 
 With N > 1 the scraped child gathers its N-1 siblings' metric families over unix sockets and
-merges them (``dataplane/router/process_metrics.py``); with N = 1 it renders its own, as before.
+merges them (``dataplane/router/process/metrics.py``); with N = 1 it renders its own, as before.
 For each N: an engine-sim, the router, ``--requests`` chat completions over fresh connections
 (spread over the children), then ``--scrapes`` scrapes, each on a fresh connection (so they land
 on random children), timed from connect to the last byte. Medians and p90, ratios against N = 1

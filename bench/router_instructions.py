@@ -105,10 +105,11 @@ async def _drive(mode: str, n: int) -> None:
     from dataplane.http import Request, Responder, ServerLimits
     from dataplane.http.context import ServerContext
     from dataplane.http.http1 import Http1Connection
-    from dataplane.router import h1_connection, upstream_h1
     from dataplane.router.app import Router
+    from dataplane.router.fleet.workers import WorkerSpec
     from dataplane.router.settings import build_parser, settings_from_args
-    from dataplane.router.workers import WorkerSpec
+    from dataplane.router.upstream.h1 import connection as h1_connection
+    from dataplane.router.upstream.h1 import pool as upstream_h1
 
     loop = asyncio.get_running_loop()
     if mode == "router":

@@ -188,7 +188,7 @@ async def _load(ports: list[int], stream: bool, requests: int, concurrency: int)
 
 async def _h2c_latency(ports: list[int], stream: bool, requests: int) -> LoadResult:
     """Concurrency-1 latency straight to h2c engines (the h2c targets' baseline), via H2Pool."""
-    from dataplane.router.upstream_h2 import H2Pool
+    from dataplane.router.upstream.h2c.pool import H2Pool
 
     pools = [H2Pool("127.0.0.1", port) for port in ports]
     body = chat_body(MODEL, stream=stream)

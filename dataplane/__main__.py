@@ -20,7 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     configure_logging()
     if settings.processes > 1:
-        from dataplane.router.supervisor import run_supervised
+        from dataplane.router.process.supervisor import run_supervised
 
         return run_supervised(
             argv,

@@ -11,7 +11,7 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable
 
-from dataplane.router.errors import InternalError, error_body
+from dataplane.errors import InternalError, error_body
 
 _log = logging.getLogger("dataplane.http")
 

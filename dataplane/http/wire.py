@@ -7,7 +7,7 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Final, Literal
 
-from dataplane.router.errors import BadRequest, PayloadTooLarge, RouterError, error_body
+from dataplane.errors import BadRequest, PayloadTooLarge, RouterError, error_body
 
 # RFC 9113 §3.4: a prior-knowledge client opens with this exact 24-byte preface.
 H2_PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"

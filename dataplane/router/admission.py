@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 from collections import deque
 
-from dataplane.router.errors import QueueTimeout, ServiceOverloaded
+from dataplane.errors import QueueTimeout, ServiceOverloaded
 
 
 class Slot:

@@ -19,21 +19,21 @@ import structlog
 from dataplane.http import HttpServer, ServerLimits, start_server
 from dataplane.router.admission import Admission
 from dataplane.router.balancer import Balancer
-from dataplane.router.control import subscription
-from dataplane.router.control_channel import control_settings
-from dataplane.router.counts_journal import journal_from_env
-from dataplane.router.discovery import DiscoveryError
-from dataplane.router.endpoints import route_name
-from dataplane.router.forwarder import ProxyConfig
-from dataplane.router.health import WorkerHealth
-from dataplane.router.late_workers import LateDiscovery, discover_fleet
+from dataplane.router.control.channel import control_settings
+from dataplane.router.control.client import subscription
+from dataplane.router.control.convert import ControlConfigError
+from dataplane.router.fleet.discovery import DiscoveryError
+from dataplane.router.fleet.health import WorkerHealth
+from dataplane.router.fleet.late_workers import LateDiscovery, discover_fleet
+from dataplane.router.fleet.workers import Worker, WorkerUrlError
 from dataplane.router.metrics import RouterMetrics
-from dataplane.router.process_metrics import process_metrics_from_env
-from dataplane.router.proxy import Proxy
+from dataplane.router.path.endpoints import route_name
+from dataplane.router.path.forwarder import ProxyConfig
+from dataplane.router.path.proxy import Proxy
+from dataplane.router.process.journal import journal_from_env
+from dataplane.router.process.metrics import process_metrics_from_env
 from dataplane.router.settings import RouterSettings
 from dataplane.router.state import RouterState
-from dataplane.router.subscription import ControlConfigError
-from dataplane.router.workers import Worker, WorkerUrlError
 
 log = structlog.get_logger(__name__)
 
@@ -152,7 +152,7 @@ async def serve(settings: RouterSettings) -> int:
             print(f"fleetplane router: {exc}", file=sys.stderr, flush=True)
             await router.stop(0)
             return 2
-        # Under the --processes supervisor: counts outlive a SIGKILL (counts_journal.py).
+        # Under the --processes supervisor: counts outlive a SIGKILL (process/journal.py).
         journal = journal_from_env(control.router_id)
         predecessors = journal.predecessors if journal is not None else []
         async with subscription(control, router.state, predecessors=predecessors) as client:

@@ -15,7 +15,7 @@ rejection), ``fleetplane_requests_total{route,code}`` (code = HTTP status),
 ``fleetplane_control_plane_connected``.
 
 Under ``--processes N`` every child's ``/metrics`` answers for the whole router: its siblings'
-families are gathered at scrape time and merged (``process_metrics``, ``metrics_merge``).
+families are gathered at scrape time and merged (``process.metrics``, ``process.merge``).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class RouterMetrics:
         self.upstream: dict[tuple[str, str, str], int] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
-        # Under ``--processes N``: the whole router's exposition (``process_metrics``), which
+        # Under ``--processes N``: the whole router's exposition (``process.metrics``), which
         # ``/metrics`` answers instead of this process's ``render()``.
         self.aggregate: Callable[[], Awaitable[bytes]] | None = None
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from controlplane.contracts import ContractError, SamplingContract, parse_contract_json
 from controlplane.envflags import EnvArgumentParser
 from dataplane.router.balancer import Policy
-from dataplane.router.health import HealthPolicy
-from dataplane.router.workers import WorkerAddress, WorkerUrlError
+from dataplane.router.fleet.health import HealthPolicy
+from dataplane.router.fleet.workers import WorkerAddress, WorkerUrlError
 
 MIB = 1024 * 1024
 # The longest router id the control plane accepts in a status report (SPEC §6).

@@ -21,9 +21,9 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from controlplane.contracts import SamplingContract, contract_to_json
-from dataplane.router.enforce import CompiledContract, compile_contract
-from dataplane.router.upstream import UpstreamPool
-from dataplane.router.workers import Worker, WorkerSet, WorkerSpec, WorkerSpecLike, make_pool, reconcile
+from dataplane.router.contract.enforce import CompiledContract, compile_contract
+from dataplane.router.fleet.workers import Worker, WorkerSet, WorkerSpec, WorkerSpecLike, make_pool, reconcile
+from dataplane.router.upstream.base import UpstreamPool
 
 # How long a removed worker's in-flight answers may run on before its pool is closed anyway.
 RETIRE_GRACE_S = 600.0
@@ -94,7 +94,7 @@ class RouterState:
         # Cumulative contract rejections by (scope, param) since start (SPEC §6 ReportRouterStatus,
         # §8 fleetplane_sampling_contract_rejections_total): one dict update per violated field.
         self.rejections: dict[tuple[str, str], int] = {}
-        # Called with the counts after each rejection, before its 400 goes out (counts_journal.py).
+        # Called with the counts after each rejection, before its 400 goes out (process/journal.py).
         self.rejection_listener: Callable[[Mapping[tuple[str, str], int]], None] | None = None
         self._listeners: list[Callable[[], None]] = []
         self._closers: set[asyncio.Task[None]] = set()

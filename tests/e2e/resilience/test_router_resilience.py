@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from dataplane.router.upstream_h2 import H2Pool
+from dataplane.router.upstream.h2c.pool import H2Pool
 from tests.fakes.engine_sim import EngineSim
 from tests.fakes.router import RouterProcess
 

@@ -31,7 +31,7 @@ while True:
 
 SUPERVISOR = r"""
 import asyncio, sys
-from dataplane.router.supervisor import RestartBackoff, Supervisor
+from dataplane.router.process.supervisor import RestartBackoff, Supervisor
 cmd = [sys.executable, "-c", sys.argv[1], sys.argv[2]]
 sup = Supervisor(cmd, 2, grace_s=2.0, backoff=RestartBackoff(base_s=0.05))
 code = asyncio.run(sup.run())

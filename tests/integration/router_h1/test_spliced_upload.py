@@ -8,8 +8,8 @@ import hashlib
 
 import pytest
 
-from dataplane.router.request_body import SplicedBody
-from dataplane.router.upstream_h1 import H1Pool
+from dataplane.router.body import SplicedBody
+from dataplane.router.upstream.h1.pool import H1Pool
 
 
 async def _hash_server() -> asyncio.Server:

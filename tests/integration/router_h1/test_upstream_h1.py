@@ -7,14 +7,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from dataplane.router.errors import RouterError
-from dataplane.router.upstream import (
+from dataplane.errors import RouterError
+from dataplane.router.upstream.base import (
     UpstreamBodyIncomplete,
     UpstreamResponse,
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from dataplane.router.upstream_h1 import H1Pool
+from dataplane.router.upstream.h1.pool import H1Pool
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

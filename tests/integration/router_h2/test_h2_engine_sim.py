@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from dataplane.router.upstream_h2 import H2Pool
+from dataplane.router.upstream.h2c.pool import H2Pool
 from tests.fakes.engine_sim import EngineSim
 
 JSON = [(b"content-type", b"application/json")]

@@ -8,8 +8,8 @@ import socket
 import pytest
 from h2.errors import ErrorCodes
 
-from dataplane.router.errors import UpstreamBodyIncomplete, UpstreamTimeout, UpstreamUnreachable
-from dataplane.router.upstream_h2 import H2Pool
+from dataplane.errors import UpstreamBodyIncomplete, UpstreamTimeout, UpstreamUnreachable
+from dataplane.router.upstream.h2c.pool import H2Pool
 
 from .conftest import ScriptedServer
 

@@ -10,8 +10,8 @@ import h2.config
 import h2.connection
 import h2.events
 
-from dataplane.router.request_body import SplicedBody
-from dataplane.router.upstream_h2 import H2Pool
+from dataplane.router.body import SplicedBody
+from dataplane.router.upstream.h2c.pool import H2Pool
 
 
 class _HashServer(asyncio.Protocol):

@@ -1,4 +1,4 @@
-"""Children of one ``--processes`` router answering ``/metrics`` for all, over unix sockets (``process_metrics``)."""
+"""Children of one ``--processes`` router answering ``/metrics`` for all, over unix sockets (``process.metrics``)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dataplane.router.admission import Admission
+from dataplane.router.fleet.workers import WorkerSpec
 from dataplane.router.metrics import RouterMetrics
-from dataplane.router.process_metrics import FETCH_TIMEOUT_S, ProcessMetrics, socket_path
+from dataplane.router.process.metrics import FETCH_TIMEOUT_S, ProcessMetrics, socket_path
 from dataplane.router.state import RouterState
-from dataplane.router.workers import WorkerSpec
 
 CHAT = "/v1/chat/completions"
 WORKER = "http://127.0.0.1:9"

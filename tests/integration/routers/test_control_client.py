@@ -14,10 +14,10 @@ from controlplane.app import ControlPlane
 from controlplane.contracts import Exact, SamplingContract
 from controlplane.settings import ControlSettings
 from controlplane.v1 import contract_pb2, contract_pb2_grpc, router_pb2, router_pb2_grpc
-from dataplane.router.control import ControlPlaneClient, subscription
-from dataplane.router.subscription import ControlSettings as RouterControlSettings
-from dataplane.router.subscription import EngineLoad
-from dataplane.router.workers import WorkerSpec
+from dataplane.router.control.client import ControlPlaneClient, subscription
+from dataplane.router.control.convert import ControlSettings as RouterControlSettings
+from dataplane.router.control.convert import EngineLoad
+from dataplane.router.fleet.workers import WorkerSpec
 
 from .conftest import eventually
 
@@ -197,7 +197,7 @@ async def test_router_keeps_its_contract_and_reconnects_after_a_control_plane_re
 @pytest.mark.parametrize("target", ["nope", "host:", "host:0", "host:99999"])
 def test_bad_control_plane_address_is_a_startup_error(target: str) -> None:
     """--control-plane must be HOST:PORT; the error names the flag."""
-    from dataplane.router.subscription import ControlConfigError, check_target
+    from dataplane.router.control.convert import ControlConfigError, check_target
 
     with pytest.raises(ControlConfigError, match="--control-plane"):
         check_target(target)

@@ -14,9 +14,9 @@ import zmq.asyncio
 
 from controlplane.load.wire import LoadStat, encode_frame
 from controlplane.v1 import load_pb2, load_pb2_grpc
-from dataplane.router.control import subscription
-from dataplane.router.subscription import ControlSettings, EngineLoad
-from dataplane.router.workers import WorkerSpec
+from dataplane.router.control.client import subscription
+from dataplane.router.control.convert import ControlSettings, EngineLoad
+from dataplane.router.fleet.workers import WorkerSpec
 from tests.fakes.control_plane import running_control_plane
 
 from .conftest import eventually

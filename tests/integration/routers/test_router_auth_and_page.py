@@ -13,9 +13,9 @@ import grpc
 import pytest
 
 from controlplane.v1 import router_pb2, router_pb2_grpc
-from dataplane.router.control import subscription
-from dataplane.router.control_channel import control_settings
-from dataplane.router.subscription import ControlConfigError, ControlSettings
+from dataplane.router.control.channel import control_settings
+from dataplane.router.control.client import subscription
+from dataplane.router.control.convert import ControlConfigError, ControlSettings
 from tests.fakes.control_plane import running_control_plane
 
 from .conftest import eventually

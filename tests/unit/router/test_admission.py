@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dataplane.errors import QueueTimeout, ServiceOverloaded
 from dataplane.router.admission import Admission, Slot
-from dataplane.router.errors import QueueTimeout, ServiceOverloaded
 
 
 async def test_free_slot_is_taken_synchronously() -> None:

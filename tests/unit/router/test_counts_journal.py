@@ -8,15 +8,15 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataplane.router.control import ControlPlaneClient
-from dataplane.router.counts_journal import (
+from dataplane.router.control.client import ControlPlaneClient
+from dataplane.router.control.convert import ControlSettings
+from dataplane.router.process.journal import (
     MAX_CARRIED_BOOTS,
     BootCounts,
     CountsJournal,
     decode_record,
     encode_record,
 )
-from dataplane.router.subscription import ControlSettings
 from tests.unit.routers.test_control_client_state import Recorder
 
 _keys = st.tuples(st.text(min_size=1, max_size=8), st.sampled_from(["temperature", "top_p", "top_k"]))

@@ -1,10 +1,10 @@
-"""The shared deadline timer of the upstream pools (``dataplane.router.deadlines``)."""
+"""The shared deadline timer of the upstream pools (``dataplane.router.upstream.deadlines``)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from dataplane.router.deadlines import Deadlines
+from dataplane.router.upstream.deadlines import Deadlines
 
 
 class Exchange:

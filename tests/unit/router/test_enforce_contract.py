@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from controlplane.contracts import parse_contract_json
-from dataplane.router.enforce import compile_contract, enforce
-from dataplane.router.errors import SamplingContractViolation, error_body
-from dataplane.router.probe import probe_body
+from dataplane.errors import SamplingContractViolation, error_body
+from dataplane.router.contract.enforce import compile_contract, enforce
+from dataplane.router.contract.probe import probe_body
 
 SEED = '{"temperature": 1, "top_p": 0.95, "top_k": {"min": 1, "max": 50}, "n": 1}'
 

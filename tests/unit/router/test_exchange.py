@@ -7,12 +7,12 @@ from typing import Any, cast
 
 import pytest
 
+from dataplane.errors import UpstreamTimeout
 from dataplane.http import Responder
 from dataplane.router.admission import Admission
-from dataplane.router.errors import UpstreamTimeout
-from dataplane.router.exchange import Exchange
+from dataplane.router.fleet.workers import Worker, WorkerSpec
 from dataplane.router.metrics import RouteStats
-from dataplane.router.workers import Worker, WorkerSpec
+from dataplane.router.path.exchange import Exchange
 
 Headers = list[tuple[bytes, bytes]]
 REVISION: Headers = [(b"x-contract-revision", b"7")]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dataplane.router.contract.routes import JUDGED, canonical_path, split_target
 from dataplane.router.headers import end_to_end, without_control_chars
-from dataplane.router.routes import JUDGED, canonical_path, split_target
 
 
 def test_hop_by_hop_and_framing_headers_are_dropped() -> None:

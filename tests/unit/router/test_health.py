@@ -8,8 +8,8 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataplane.router.errors import UpstreamUnreachable
-from dataplane.router.health import HealthPolicy, HealthTracker, WorkerHealth
+from dataplane.errors import UpstreamUnreachable
+from dataplane.router.fleet.health import HealthPolicy, HealthTracker, WorkerHealth
 
 
 class Clock:

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from dataplane.router.discovery import DiscoveryError
-from dataplane.router.late_workers import LateDiscovery, discover_fleet, placeholder
-from dataplane.router.workers import H2C, HTTP1, WorkerSpec, WorkerUrlError
+from dataplane.router.fleet.discovery import DiscoveryError
+from dataplane.router.fleet.late_workers import LateDiscovery, discover_fleet, placeholder
+from dataplane.router.fleet.workers import H2C, HTTP1, WorkerSpec, WorkerUrlError
 
 
 def _fake(up: set[str]):  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""Merging ``--processes`` children's metric families into one router's (``metrics_merge``)."""
+"""Merging ``--processes`` children's metric families into one router's (``process.merge``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from dataplane.router.admission import Admission
+from dataplane.router.fleet.workers import WorkerSpec
 from dataplane.router.metrics import RouterMetrics
-from dataplane.router.metrics_merge import ExpositionError, MergedFamilies, decode_wire
+from dataplane.router.process.merge import ExpositionError, MergedFamilies, decode_wire
 from dataplane.router.state import ContractSet, RouterState
-from dataplane.router.workers import WorkerSpec
 
 CHAT = "/v1/chat/completions"
 WORKER = "http://127.0.0.1:9"

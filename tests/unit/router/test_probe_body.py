@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dataplane.router.errors import BadRequest
-from dataplane.router.probe import ABSENT, NUMBER, UNUSABLE, probe_body
+from dataplane.errors import BadRequest
+from dataplane.router.contract.probe import ABSENT, NUMBER, UNUSABLE, probe_body
 
 TEMPERATURE, TOP_P, TOP_K, N = 0, 1, 2, 7
 

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane.contracts import FIELDS
-from dataplane.router.coercion import str_as_bool, str_as_float, str_as_int
-from dataplane.router.probe import ABSENT, NUMBER, UNUSABLE, probe_body
+from dataplane.router.contract.coercion import str_as_bool, str_as_float, str_as_int
+from dataplane.router.contract.probe import ABSENT, NUMBER, UNUSABLE, probe_body
 from tests.fakes.sampling import OptionalFloat, OptionalInt, PlainFloat, PlainInt, pydantic_reads
 
 FLOAT_FIELDS = [f.name for f in FIELDS if not f.integral]

@@ -11,8 +11,8 @@ import h2.events
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane.router.h2_codec import ClientCodec
-from dataplane.router.request_body import SplicedBody, body_segments, body_window
+from dataplane.router.body import SplicedBody, body_segments, body_window
+from dataplane.router.upstream.h2c.codec import ClientCodec
 from tests.unit.router.test_upstream_h2_codec import Recorder
 
 

@@ -9,9 +9,9 @@ from collections import Counter
 from hypothesis import given, settings
 
 from controlplane.contracts import Band, ConflictPolicy, Exact, SamplingContract
-from dataplane.router.enforce import compile_contract, enforce
-from dataplane.router.errors import BadRequest, SamplingContractViolation
-from dataplane.router.probe import probe_body
+from dataplane.errors import BadRequest, SamplingContractViolation
+from dataplane.router.contract.enforce import compile_contract, enforce
+from dataplane.router.contract.probe import probe_body
 from tests.fakes.sampling import (
     contract_hints,
     engine_view,

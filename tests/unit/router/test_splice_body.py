@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane.contracts import FIELD_BY_NAME, ConflictPolicy, Exact, SamplingContract
-from dataplane.router.enforce import SEGMENTED_FROM, compile_contract, enforce, splice
-from dataplane.router.errors import BadRequest, SamplingContractViolation
-from dataplane.router.probe import ABSENT, probe_body
-from dataplane.router.request_body import SplicedBody
+from dataplane.errors import BadRequest, SamplingContractViolation
+from dataplane.router.body import SplicedBody
+from dataplane.router.contract.enforce import SEGMENTED_FROM, compile_contract, enforce, splice
+from dataplane.router.contract.probe import ABSENT, probe_body
 from tests.fakes.sampling import (
     contract_hints,
     random_chat_body,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from controlplane.contracts import parse_contract_json
+from dataplane.router.fleet.workers import WorkerSpec
 from dataplane.router.state import ContractSet, RouterState
-from dataplane.router.workers import WorkerSpec
 from tests.unit.router.test_workers import FakePool
 
 

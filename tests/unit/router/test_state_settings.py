@@ -6,7 +6,7 @@ import pytest
 
 from controlplane.contracts import ConflictPolicy
 from dataplane.router.balancer import Policy
-from dataplane.router.health import HealthPolicy
+from dataplane.router.fleet.health import HealthPolicy
 from dataplane.router.settings import RouterSettings, SettingsError, build_parser, settings_from_args
 
 

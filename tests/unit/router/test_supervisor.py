@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataplane.router.supervisor import RestartBackoff, child_argv, slot_router_id
+from dataplane.router.process.supervisor import RestartBackoff, child_argv, slot_router_id
 
 
 def test_backoff_doubles_up_to_the_cap() -> None:

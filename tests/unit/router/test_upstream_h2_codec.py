@@ -11,8 +11,8 @@ from h2.errors import ErrorCodes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane.router.h2_codec import ClientCodec
-from dataplane.router.h2_wire import CANCEL, H2ProtocolError
+from dataplane.router.upstream.h2c.codec import ClientCodec
+from dataplane.router.upstream.h2c.frames import CANCEL, H2ProtocolError
 
 
 class Recorder:

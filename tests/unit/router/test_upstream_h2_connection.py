@@ -10,9 +10,9 @@ import h2.events
 import pytest
 from h2.errors import ErrorCodes
 
-from dataplane.router.errors import UpstreamBodyIncomplete, UpstreamUnreachable
-from dataplane.router.h2_connection import H2Connection
-from dataplane.router.h2_stream import H2Stream
+from dataplane.errors import UpstreamBodyIncomplete, UpstreamUnreachable
+from dataplane.router.upstream.h2c.connection import H2Connection
+from dataplane.router.upstream.h2c.stream import H2Stream
 
 
 class FakeTransport:

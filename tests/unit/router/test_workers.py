@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dataplane.router.upstream import UpstreamResponse
-from dataplane.router.workers import Worker, WorkerAddress, WorkerSet, WorkerSpec, WorkerUrlError
+from dataplane.router.fleet.workers import Worker, WorkerAddress, WorkerSet, WorkerSpec, WorkerUrlError
+from dataplane.router.upstream.base import UpstreamResponse
 
 
 class FakePool:

@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 
 from controlplane.contracts import SamplingContract
 from controlplane.v1 import contract_pb2, load_pb2
-from dataplane.router.control import ControlPlaneClient
-from dataplane.router.subscription import ControlSettings, EngineLoad
-from dataplane.router.workers import WorkerSpec
+from dataplane.router.control.client import ControlPlaneClient
+from dataplane.router.control.convert import ControlSettings, EngineLoad
+from dataplane.router.fleet.workers import WorkerSpec
 
 
 class Recorder:

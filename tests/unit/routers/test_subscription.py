@@ -8,7 +8,7 @@ import pytest
 
 from controlplane.contracts import Band, ConflictPolicy, ContractError, Exact
 from controlplane.v1 import contract_pb2, load_pb2
-from dataplane.router.subscription import (
+from dataplane.router.control.convert import (
     Backoff,
     EngineLoad,
     LoadViews,
@@ -17,7 +17,7 @@ from dataplane.router.subscription import (
     snapshot_contracts,
     worker_specs,
 )
-from dataplane.router.workers import WorkerSpec
+from dataplane.router.fleet.workers import WorkerSpec
 
 
 def _contract(scope: str, **params: contract_pb2.ParamSpec) -> contract_pb2.Contract:

@@ -1,0 +1,168 @@
+"""The router's channel to the control plane (SPEC §1 ``--control-plane``): an adapter.
+
+What every control-plane stream of the router (``control``) shares: the checked settings from the
+router's flags, TLS or mTLS credentials and the bearer token, one gRPC channel whose own
+reconnect backoff stays below ours, one stream attempt at a time with a jittered backoff after
+it, a failure logged once per episode, and the connectivity behind
+``fleetplane_control_plane_connected`` (SPEC §8). ``grpc.aio.AioRpcError`` never leaves it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from pathlib import Path
+
+import grpc
+import structlog
+
+from controlplane.v1 import contract_pb2_grpc, load_pb2_grpc, router_pb2_grpc
+from dataplane.router.control.convert import (
+    Backoff,
+    ControlConfigError,
+    ControlSettings,
+    ControlTarget,
+    check_target,
+)
+
+log = structlog.get_logger(__name__)
+
+# The channel's own reconnect backoff (default: up to 120 s) must not outlast ours.
+# A full WatchLoads view is ~90 bytes per one-rank worker and ~560 per eight-rank one: past
+# gRPC's default 4 MB receive limit at ~7 000 eight-rank workers, where the router would be
+# refused every view. The control plane sends without a limit.
+MAX_RECEIVE_MESSAGE_BYTES = 256 * 1024 * 1024
+_CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+)
+
+
+class _Episodes:
+    """Log a stream failure once per failure episode, and its recovery once."""
+
+    def __init__(self) -> None:
+        self._failing: set[str] = set()
+
+    def failed(self, stream: str, exc: BaseException) -> None:
+        if stream not in self._failing:
+            self._failing.add(stream)
+            detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            code = exc.code().name if isinstance(exc, grpc.aio.AioRpcError) else type(exc).__name__
+            log.warning("control_plane_stream_failed", stream=stream, code=code, detail=detail)
+
+    def recovered(self, stream: str) -> None:
+        if stream in self._failing:
+            self._failing.discard(stream)
+            log.info("control_plane_stream_recovered", stream=stream)
+
+
+def _read_pem(flag: str, path: Path | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ControlConfigError(f"{flag} {str(path)!r}: cannot read: {exc.strerror}") from None
+
+
+def _credentials(settings: ControlSettings) -> grpc.ChannelCredentials | None:
+    """TLS with --tls-ca (None: the system's roots) and, for mTLS, a client certificate."""
+    if settings.tls_ca is None and settings.tls_cert is None:
+        return None
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read_pem("--tls-ca", settings.tls_ca),
+        private_key=_read_pem("--tls-key", settings.tls_key),
+        certificate_chain=_read_pem("--tls-cert", settings.tls_cert),
+    )
+
+
+def control_settings(
+    target: str,
+    router_id: str,
+    token: str | None,
+    tls_ca: str | Path | None,
+    *,
+    tls_cert: str | Path | None = None,
+    tls_key: str | Path | None = None,
+) -> ControlSettings:
+    """Checked settings from the router's flags; ControlConfigError names the flag."""
+    check_target(target)
+    if token is not None and (not token or not token.isprintable() or " " in token):
+        raise ControlConfigError("--token: must be a non-empty printable string without spaces")
+    if bool(tls_cert) != bool(tls_key):
+        given = f"--tls-cert {str(tls_cert)!r}" if tls_cert else f"--tls-key {str(tls_key)!r}"
+        missing = "--tls-key" if tls_cert else "--tls-cert"
+        raise ControlConfigError(f"{given}: needs {missing} too (a client certificate and its key)")
+    settings = ControlSettings(
+        target=target,
+        router_id=router_id,
+        token=token or None,
+        tls_ca=Path(tls_ca) if tls_ca else None,
+        tls_cert=Path(tls_cert) if tls_cert else None,
+        tls_key=Path(tls_key) if tls_key else None,
+    )
+    _credentials(settings)  # an unreadable file is a startup error, not a reconnect loop
+    return settings
+
+
+class ControlChannel:
+    """Base of ``ControlPlaneClient``: the channel, its stubs, the connected state, and the
+    attempt-then-backoff step (``_stream``) that every loop of the client repeats."""
+
+    def __init__(self, settings: ControlSettings, target: ControlTarget) -> None:
+        self._settings = settings
+        self._target = target
+        self._metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {settings.token}"),) if settings.token else ()
+        )
+        credentials = _credentials(settings)
+        check_target(settings.target)
+        self._channel = (
+            grpc.aio.secure_channel(settings.target, credentials, options=_CHANNEL_OPTIONS)
+            if credentials is not None
+            else grpc.aio.insecure_channel(settings.target, options=_CHANNEL_OPTIONS)
+        )
+        self._contracts = contract_pb2_grpc.ContractServiceStub(self._channel)
+        self._loads = load_pb2_grpc.LoadServiceStub(self._channel)
+        self._routers = router_pb2_grpc.RouterServiceStub(self._channel)
+        self._episodes = _Episodes()
+        # fleetplane_control_plane_connected needs both: a READY channel alone is not a
+        # subscription (a refused --token leaves the channel up while every stream fails).
+        self._channel_ready = False
+        self._loads_live = False
+
+    async def close(self) -> None:
+        """Close the channel (after ``run()`` was cancelled)."""
+        await self._channel.close(grace=None)
+
+    async def _stream(self, name: str, backoff: Backoff, body: Coroutine[object, object, None]) -> None:
+        """Run one stream attempt; on any end or failure wait a jittered backoff delay."""
+        try:
+            await body
+            self._episodes.failed(name, ConnectionError("stream ended by the control plane"))
+        except grpc.aio.AioRpcError as exc:
+            self._episodes.failed(name, exc)
+        except Exception as exc:  # a bug must not end the subscription: log it, reconnect
+            log.exception("control_plane_stream_error", stream=name)
+            self._episodes.failed(name, exc)
+        await asyncio.sleep(backoff.next_delay_s())
+
+    def _set_connected(self, *, channel_ready: bool | None = None, loads_live: bool | None = None) -> None:
+        # SPEC §8 fleetplane_control_plane_connected: the channel is up AND the router is
+        # subscribed: WatchLoads (whose first message is always a full view, so a resumed
+        # stream proves itself at once) delivered on the current call.
+        if channel_ready is not None:
+            self._channel_ready = channel_ready
+        if loads_live is not None:
+            self._loads_live = loads_live
+        self._target.set_control_plane_connected(self._channel_ready and self._loads_live)
+
+    async def _connectivity_loop(self) -> None:
+        state = self._channel.get_state(try_to_connect=True)
+        while True:
+            self._set_connected(channel_ready=state is grpc.ChannelConnectivity.READY)
+            await self._channel.wait_for_state_change(state)
+            state = self._channel.get_state(try_to_connect=True)

@@ -1,0 +1,165 @@
+"""What the router takes from the control plane, as plain values (SPEC §1, §6, §7). Pure: no I/O.
+
+The control-plane client (``control.py``, the adapter) feeds protobuf messages through these
+functions: a contract snapshot becomes ``{scope: SamplingContract}`` (validated again: a router
+never applies a contract the parser would have refused), a registry entry a ``WorkerSpec``, a
+load view an ``EngineLoad``. ``Backoff`` spaces reconnect attempts.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from controlplane.contracts import ContractError, SamplingContract, contract_from_proto
+from controlplane.v1 import contract_pb2, load_pb2
+from dataplane.router.fleet.workers import H2C, HTTP1, WorkerAddress, WorkerSpec, WorkerUrlError
+
+
+class ControlConfigError(ValueError):
+    """A ``--control-plane``/``--token``/``--tls-*`` value that cannot be used (startup error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControlSettings:
+    """How to reach the control plane and how often to talk to it."""
+
+    target: str
+    router_id: str
+    token: str | None = None
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None  # with tls_key: a client certificate (mTLS)
+    tls_key: Path | None = None
+    workers_poll_s: float = 2.0
+    report_check_s: float = 0.25
+    report_heartbeat_s: float = 2.0
+    backoff_initial_s: float = 0.1
+    backoff_max_s: float = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    """The engine's own view of one worker, summed over its dp ranks (SPEC §6 WatchLoads)."""
+
+    running: int
+    waiting: int
+    fresh: bool
+
+
+class ControlTarget(Protocol):
+    """What the client drives in the router."""
+
+    def apply_contracts(self, revision: int, contracts: Mapping[str, SamplingContract], /) -> None:
+        """Swap in a complete contract set; raise ValueError (nothing applied) if it cannot be."""
+
+    def apply_workers(self, specs: Sequence[WorkerSpec], /) -> None:
+        """Replace the worker set (pools of workers that left are closed once idle)."""
+
+    def apply_loads(self, loads: Mapping[str, EngineLoad], /) -> None:
+        """Replace the engine load views by url (empty: no view, own in-flight counts only)."""
+
+    def rejection_counts(self) -> Mapping[tuple[str, str], int]:
+        """Cumulative contract rejections since this process started, by (scope, param)."""
+
+    def set_control_plane_connected(self, connected: bool, /) -> None:
+        """Drive ``fleetplane_control_plane_connected`` (SPEC §8)."""
+
+
+def check_target(target: str) -> str:
+    """``HOST:PORT`` (IPv6 as ``[::1]:PORT``) or ControlConfigError naming the flag."""
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ControlConfigError(
+            f"--control-plane {target!r}: expected HOST:PORT (e.g. 127.0.0.1:50051 or [::1]:50051)"
+        )
+    return target
+
+
+def snapshot_contracts(snapshot: contract_pb2.WatchContractsResponse) -> dict[str, SamplingContract]:
+    """Convert one WatchContracts message; ContractError names the scope and the field."""
+    contracts: dict[str, SamplingContract] = {}
+    for message in snapshot.contracts:
+        if message.scope in contracts:
+            raise ContractError(f"scope {message.scope!r}: sent twice in one snapshot")
+        try:
+            contracts[message.scope] = contract_from_proto(message.params, message.conflict)
+        except ContractError as exc:
+            raise ContractError(f"scope {message.scope!r}: {exc.message}", field=exc.field) from None
+    return contracts
+
+
+def worker_spec(worker: load_pb2.Worker) -> WorkerSpec:
+    """A registry entry as the router uses it; WorkerUrlError for a URL it cannot use.
+
+    HTTP/1.1 unless the control plane resolved the worker to h2c or its URL forces it (SPEC §1).
+    """
+    address = WorkerAddress.parse(worker.url)
+    h2c = address.forced_h2c or worker.resolved_protocol == load_pb2.WORKER_PROTOCOL_H2C
+    return WorkerSpec(address.url, H2C if h2c else HTTP1, tuple(worker.models))
+
+
+def worker_specs(workers: Sequence[load_pb2.Worker]) -> tuple[list[WorkerSpec], list[str]]:
+    """The usable specs and one error line per unusable registry entry (skipped, not fatal)."""
+    specs: list[WorkerSpec] = []
+    errors: list[str] = []
+    for worker in workers:
+        try:
+            specs.append(worker_spec(worker))
+        except WorkerUrlError as exc:
+            errors.append(str(exc))
+    return specs, errors
+
+
+def engine_load(view: load_pb2.WorkerLoad) -> EngineLoad:
+    """One WorkerLoad as the balancer uses it: the counts only while FRESH (SPEC §7)."""
+    return EngineLoad(
+        running=view.num_running_reqs,
+        waiting=view.num_waiting_reqs,
+        fresh=view.freshness == load_pb2.FRESHNESS_FRESH,
+    )
+
+
+class LoadViews:
+    """Folds WatchLoads messages (a full view, then deltas) into the current view by url."""
+
+    def __init__(self) -> None:
+        self.views: dict[str, EngineLoad] = {}
+
+    def fold(self, message: load_pb2.WatchLoadsResponse) -> set[str]:
+        """Apply one message; returns the urls it named (changed and removed)."""
+        if message.full:
+            self.views = {}
+        named: set[str] = set()
+        for view in message.workers:
+            self.views[view.url] = engine_load(view)
+            named.add(view.url)
+        for url in message.removed_urls:
+            self.views.pop(url, None)
+            named.add(url)
+        return named
+
+    def clear(self) -> None:
+        self.views = {}
+
+
+class Backoff:
+    """Exponential backoff with full jitter, so a fleet of routers does not reconnect in lock step."""
+
+    def __init__(self, initial_s: float, max_s: float, rng: random.Random | None = None) -> None:
+        self._initial_s = initial_s
+        self._max_s = max_s
+        self._rng = rng if rng is not None else random.Random()
+        self._attempt = 0
+
+    def reset(self) -> None:
+        """The connection worked: start over from the initial delay."""
+        self._attempt = 0
+
+    def next_delay_s(self) -> float:
+        """The next delay: uniform in [ceiling/2, ceiling], the ceiling doubling up to ``max_s``."""
+        ceiling = min(self._max_s, self._initial_s * (2**self._attempt))
+        self._attempt = min(self._attempt + 1, 32)
+        return self._rng.uniform(ceiling / 2, ceiling)

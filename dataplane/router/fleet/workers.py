@@ -1,0 +1,205 @@
+"""The worker set: who can serve which model, over which protocol, how loaded (issue 6 item 3).
+
+``WorkerSpec`` is what registration yields (standalone: ``--worker`` + discovery; later: the
+control plane's worker list). ``Worker`` is the live object the request path uses: its upstream
+pool, the router's own in-flight count, a health flag and the engine load hook. ``WorkerSet`` is
+an immutable index (model -> workers) rebuilt only when the set changes, never per request.
+
+The protocol of a worker is chosen in exactly one place, ``make_pool``. Health (``healthy``,
+``record_success``/``record_failure``) is the seam where passive ejection and active probing
+plug in (issue 7); the request path only reads ``healthy``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Protocol
+from urllib.parse import urlsplit
+
+from dataplane.router.upstream.base import UpstreamPool
+
+if TYPE_CHECKING:
+    from dataplane.router.fleet.health import HealthTracker
+
+HTTP1 = "http1"
+H2C = "h2c"
+
+
+class WorkerUrlError(ValueError):
+    """A ``--worker`` URL the router cannot use; the message says what is allowed."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerAddress:
+    """A parsed worker URL: ``http://H:P`` (protocol discovered) or ``h2c://H:P`` (forced)."""
+
+    url: str
+    host: str
+    port: int
+    forced_h2c: bool
+
+    @classmethod
+    def parse(cls, url: str) -> WorkerAddress:
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise WorkerUrlError(f"{url!r}: {exc}; expected http://HOST:PORT or h2c://HOST:PORT") from None
+        if parts.scheme not in ("http", "h2c") or not parts.hostname:
+            raise WorkerUrlError(f"{url!r}: expected http://HOST:PORT or h2c://HOST:PORT")
+        if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
+            raise WorkerUrlError(f"{url!r}: expected http://HOST:PORT or h2c://HOST:PORT (no path)")
+        if port is None:
+            port = 80
+        return cls(url.rstrip("/"), parts.hostname, port, parts.scheme == "h2c")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """A registered worker: its URL (the identity), resolved protocol and served models.
+
+    Same fields as ``control.WorkerSpec`` (what the control plane's registry yields), so either
+    can be applied.
+    """
+
+    url: str
+    protocol: str  # HTTP1 | H2C
+    models: tuple[str, ...]
+
+
+class WorkerSpecLike(Protocol):
+    """Anything with a worker's url, protocol and models (ours or ``control.WorkerSpec``)."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def protocol(self) -> str: ...
+    @property
+    def models(self) -> Sequence[str]: ...
+
+
+def make_pool(spec: WorkerSpec) -> UpstreamPool:
+    """The upstream pool for a worker's protocol: the one place the protocol is chosen."""
+    address = WorkerAddress.parse(spec.url)
+    if spec.protocol == H2C:
+        from dataplane.router.upstream.h2c.pool import H2Pool
+
+        return H2Pool(address.host, address.port)
+    from dataplane.router.upstream.h1.pool import H1Pool
+
+    return H1Pool(address.host, address.port)
+
+
+class Worker:
+    """A live worker as the request path sees it."""
+
+    __slots__ = (
+        "consecutive_failures",
+        "engine_load",
+        "health",
+        "healthy",
+        "inflight",
+        "inflight_at_view",
+        "models",
+        "pool",
+        "protocol",
+        "spec",
+        "url",
+    )
+
+    def __init__(self, spec: WorkerSpec, pool: UpstreamPool) -> None:
+        self.spec = spec
+        self.url = spec.url
+        self.protocol = spec.protocol
+        self.models = spec.models
+        self.pool = pool
+        self.healthy = True
+        self.health: HealthTracker | None = None  # passive ejection (health.WorkerHealth.attach)
+        self.inflight = 0  # requests this router has sent and not finished (streams included)
+        self.consecutive_failures = 0
+        # Engine load from the control plane's FRESH view (SPEC §7): running + waiting requests.
+        # None (standalone, or the view is stale or gone): the router's own counts only.
+        self.engine_load: float | None = None
+        self.inflight_at_view = 0
+
+    def load(self) -> float:
+        """The balancer's load figure: engine load plus what we sent since that view (SPEC §7)."""
+        engine = self.engine_load
+        if engine is None:
+            return self.inflight
+        # Requests in flight when the view was taken are (mostly) already in the engine's
+        # counts; only the growth since then is added on top.
+        return engine + max(0, self.inflight - self.inflight_at_view)
+
+    def observe_engine_load(self, load: float | None) -> None:
+        """Hook for the control-plane load view: a FRESH load, or None when stale/missing."""
+        self.engine_load = load
+        self.inflight_at_view = self.inflight
+
+    def record_success(self) -> None:
+        """An exchange completed: the worker answers."""
+        if self.consecutive_failures:
+            self.consecutive_failures = 0
+            if self.health is not None:
+                self.health.record_success(self.url)
+
+    def record_failure(self) -> None:
+        """An exchange failed at the transport (unreachable, dropped, timed out).
+
+        Passive ejection (issue 7) decides here when ``healthy`` turns False.
+        """
+        self.consecutive_failures += 1
+        if self.health is not None and self.health.record_failure(self.url):
+            self.healthy = False
+
+    def __repr__(self) -> str:
+        return f"<Worker {self.url} {self.protocol} models={list(self.models)} inflight={self.inflight}>"
+
+
+class WorkerSet:
+    """An immutable index of the live workers by model."""
+
+    __slots__ = ("by_model", "by_url", "models", "sole_model", "workers")
+
+    def __init__(self, workers: Iterable[Worker] = ()) -> None:
+        self.workers: tuple[Worker, ...] = tuple(workers)
+        self.by_url: Mapping[str, Worker] = MappingProxyType({w.url: w for w in self.workers})
+        index: dict[str, list[Worker]] = {}
+        for w in self.workers:
+            for m in w.models:
+                index.setdefault(m, []).append(w)
+        self.by_model: Mapping[str, tuple[Worker, ...]] = MappingProxyType(
+            {m: tuple(ws) for m, ws in index.items()}
+        )
+        self.models: tuple[str, ...] = tuple(sorted(index))
+        # A request without ``model`` can only be routed when the fleet serves one model.
+        self.sole_model: str | None = self.models[0] if len(self.models) == 1 else None
+
+    def healthy_models(self) -> list[str]:
+        """Models served by at least one healthy worker (``GET /v1/models``)."""
+        return [m for m in self.models if any(w.healthy for w in self.by_model[m])]
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+
+def reconcile(
+    current: WorkerSet,
+    specs: Sequence[WorkerSpecLike],
+    pool_factory: Callable[[WorkerSpec], UpstreamPool] = make_pool,
+) -> tuple[WorkerSet, list[Worker]]:
+    """The new set for ``specs`` and the workers that left it (their pools must be closed).
+
+    A worker whose URL, protocol and models are unchanged keeps its live object (pool, in-flight
+    count, health); anything else gets a fresh one.
+    """
+    kept: list[Worker] = []
+    for given in specs:
+        spec = WorkerSpec(given.url, given.protocol, tuple(given.models))
+        old = current.by_url.get(spec.url)
+        kept.append(old if old is not None and old.spec == spec else Worker(spec, pool_factory(spec)))
+    survivors = {id(w) for w in kept}
+    removed = [w for w in current.workers if id(w) not in survivors]
+    return WorkerSet(kept), removed

@@ -1,0 +1,170 @@
+"""One forwarded request driven by callbacks: no task and no coroutine chain (issue 6).
+
+ARCHITECTURE's hot-path budget: an asyncio task per request (creation, first step, the
+coroutine frames of the request path, the head future) is a large share of the router's
+Python cost per request. When a slot is free and the worker has an idle HTTP/1.1 connection,
+``Proxy`` writes the request at once (``H1Pool.start``) and returns ``DEFERRED`` to the HTTP
+server; the rest happens in callbacks of this object:
+
+- ``on_response`` (the worker's head arrived, called from the upstream connection's
+  ``data_received``): a complete answer is written to the client in one go and the request is
+  finished there; an answer still on its way (large, or SSE) is relayed by a task from then on
+  (``relay.relay_rest``), exactly as on the task path;
+- ``on_failure`` (timeout, worker dropped the connection before the head): the SPEC §5 error;
+- ``on_client_gone`` (``Responder.on_disconnect``): the upstream connection is closed (RFC 9112
+  §9.6: the only way to cancel an h1 exchange), the answer aborted.
+
+Exactly one of them finishes the request: each clears what would let another run (the
+connection forgets its listener, the responder its disconnect callback). A bug in a callback
+answers 500 like a failing handler (``answer_internal_error``) and still gives back the slot
+and the in-flight count.
+"""
+
+from __future__ import annotations
+
+import logging
+from time import perf_counter
+from typing import TYPE_CHECKING
+
+from dataplane.errors import RouterError
+from dataplane.http import Request, Responder, answer_internal_error, spawn
+from dataplane.router.admission import Slot
+from dataplane.router.fleet.workers import Worker
+from dataplane.router.headers import Headers
+from dataplane.router.metrics import CLIENT_GONE, OK, RouteStats
+from dataplane.router.path.relay import CLIENT_CLOSED, answer_error, outcome_of, relay_rest
+from dataplane.router.upstream.base import UpstreamResponse
+
+if TYPE_CHECKING:
+    from dataplane.router.path.forwarder import Forwarder
+    from dataplane.router.upstream.h1.connection import H1Connection
+
+_log = logging.getLogger(__name__)
+
+
+class Exchange:
+    """A judged (or unjudged ``/v1/*``) request whose answer is awaited through callbacks."""
+
+    __slots__ = (
+        "_extra",
+        "_proxy",
+        "_request",
+        "_responder",
+        "_slot",
+        "_started",
+        "_stats",
+        "_stream",
+        "_worker",
+        "conn",
+    )
+
+    def __init__(
+        self,
+        proxy: Forwarder,
+        stats: RouteStats,
+        started: float,
+        request: Request,
+        responder: Responder,
+        worker: Worker,
+        slot: Slot,
+        extra: Headers,
+        stream: bool,
+    ) -> None:
+        self._proxy = proxy
+        self._stats = stats
+        self._started = started
+        self._request = request
+        self._responder = responder
+        self._worker = worker
+        self._slot = slot
+        self._extra = extra
+        self._stream = stream
+        self.conn: H1Connection | None = None  # until the head arrives: abandoned if the client leaves
+
+    # -- upstream.ResponseListener ---------------------------------------------------------
+    def on_response(self, response: UpstreamResponse) -> None:
+        self.conn = None
+        responder = self._responder
+        responder.on_disconnect(None)
+        worker = self._worker
+        complete = response.buffered_body()
+        if complete is None:
+            # Still on its way (a large answer, or SSE): relay it in a task, as the task path
+            # does; the task owns the slot and the in-flight count from now on.
+            proxy = self._proxy
+            relaying = relay_rest(
+                proxy.loop,
+                proxy.metrics,
+                self._stats,
+                self._started,
+                responder,
+                worker,
+                self._slot,
+                response,
+                self._extra,
+                self._stream,
+            )
+            try:
+                spawn(proxy.loop, relaying, self._request, responder)
+            except Exception:
+                relaying.close()
+                response.abort()
+                worker.inflight -= 1
+                self._bug()
+            return
+        # In-flight first: nothing below may leave it counted (``_bug`` does not touch it).
+        worker.inflight -= 1
+        try:
+            status = response.status
+            extra = self._extra
+            responder.respond(status, response.headers + extra if extra else response.headers, complete)
+            if worker.consecutive_failures:  # record_success() only matters after failures
+                worker.record_success()
+            self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, OK)
+        except Exception:
+            self._bug()
+            return
+        self._slot.release()
+        self._stats.observe(status, perf_counter() - self._started)
+
+    def on_failure(self, error: RouterError) -> None:
+        self.conn = None
+        responder = self._responder
+        responder.on_disconnect(None)
+        worker = self._worker
+        worker.inflight -= 1
+        try:
+            worker.record_failure()
+            self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(error))
+            status = answer_error(responder, error, self._extra)
+        except Exception:
+            self._bug()
+            return
+        self._slot.release()
+        self._stats.observe(status, perf_counter() - self._started)
+
+    # -- Responder.on_disconnect -----------------------------------------------------------
+    def on_client_gone(self) -> None:
+        conn, self.conn = self.conn, None
+        worker = self._worker
+        worker.inflight -= 1
+        try:
+            if conn is not None:
+                conn.abandon()  # mid-exchange: the connection cannot be reused
+            self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
+            self._responder.abort()
+        except Exception:
+            self._bug()
+            return
+        self._slot.release()
+        self._stats.observe(CLIENT_CLOSED, perf_counter() - self._started)
+
+    def _bug(self) -> None:
+        """A callback failed: answer 500 (or abort), close the upstream exchange, give back
+        the slot (``Slot.release`` is idempotent). The in-flight count is the caller's."""
+        _log.exception("forwarding failed for %r", self._request)
+        answer_internal_error(self._responder)
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.abandon()
+        self._slot.release()

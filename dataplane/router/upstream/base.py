@@ -1,0 +1,111 @@
+"""The upstream interface: what the request path needs from a worker connection pool.
+
+One ``UpstreamPool`` per worker, one implementation per wire protocol: ``upstream.h1.pool`` (HTTP/1.1
+keep-alive pool) and ``upstream.h2c.pool`` (h2c, multiplexed). The proxy only sees these Protocols, so
+the protocol of a worker is chosen in exactly one place (``workers.make_pool``).
+
+Failures are grouped by what the caller does next (ARCHITECTURE: "exceptions grouped by what
+the caller does next", translated at the adapter): ``UpstreamUnreachable`` means the request
+bytes never reached the worker, so retrying on another worker is safe (SPEC §5); the two others
+mean the worker may have acted on the request, so it is never retried. Library exceptions
+(``OSError``, ``h2.exceptions``, ``httptools`` errors) never leak past an implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeout, UpstreamUnreachable
+from dataplane.router.body import RequestBody
+
+__all__ = [
+    "ResponseListener",
+    "UpstreamBodyIncomplete",
+    "UpstreamPool",
+    "UpstreamResponse",
+    "UpstreamTimeout",
+    "UpstreamUnreachable",
+]
+
+Headers = list[tuple[bytes, bytes]]
+
+
+class UpstreamResponse(Protocol):
+    """A worker's answer whose head has arrived; the body may still be on its way."""
+
+    status: int
+    # Lower-case names, hop-by-hop headers (RFC 9110 §7.6.1) and framing headers
+    # (Content-Length, Transfer-Encoding) removed: the front door frames the answer itself.
+    headers: Headers
+
+    def buffered_body(self) -> bytes | None:
+        """The whole body if it had completely arrived already, else ``None``.
+
+        The small-answer fast path: a complete non-streaming answer goes back to the client in
+        one write, without iterating ``chunks()``. After a non-``None`` result the response is
+        finished (nothing to abort, the connection is already reusable).
+        """
+        ...
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """Body chunks as they arrive (SSE events are not coalesced or delayed).
+
+        Raises ``UpstreamBodyIncomplete`` if the worker drops the answer midway and
+        ``UpstreamTimeout`` past the request deadline. Iterate at most once.
+        """
+        ...
+
+    def abort(self) -> None:
+        """The client went away: stop the answer (h1: close the connection, never reuse it;
+        h2: RST_STREAM). Idempotent, and a no-op once the answer is complete."""
+        ...
+
+
+class ResponseListener(Protocol):
+    """Told how a callback-driven exchange (``H1Pool.start``) went, exactly once, with no task.
+
+    Called from the connection's own callbacks (``data_received``, ``connection_lost``, the
+    deadline timer), so it must not raise and must not block.
+    """
+
+    def on_response(self, response: UpstreamResponse) -> None:
+        """The head arrived (``buffered_body()`` says whether the body did too)."""
+        ...
+
+    def on_failure(self, error: RouterError) -> None:
+        """The exchange failed before the head arrived (``UpstreamTimeout`` or
+        ``UpstreamBodyIncomplete``: the request bytes were written, so never retried)."""
+        ...
+
+
+class UpstreamPool(Protocol):
+    """The connections to one worker."""
+
+    # Label for ``fleetplane_upstream_requests_total{protocol}``: ``"http1"`` or ``"h2c"``.
+    protocol: str
+
+    async def request(
+        self,
+        method: bytes,
+        path: bytes,
+        headers: Headers,
+        body: RequestBody,
+        *,
+        timeout_s: float,
+    ) -> UpstreamResponse:
+        """Send one request and return once the response head has arrived.
+
+        ``body`` is bytes or a ``SplicedBody`` (the client's bytes around an injection, SPEC
+        §3.3): the pool sends ``bytes(body)`` without joining the segments first.
+
+        ``headers`` are end-to-end request headers (lower-case names, no Host, no framing
+        headers); the pool adds Host/``:authority`` and the body framing. ``timeout_s`` bounds the
+        whole exchange, body included. Raises ``UpstreamUnreachable`` (nothing reached the worker:
+        safe to retry elsewhere), ``UpstreamTimeout``, ``UpstreamBodyIncomplete``.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Close every connection; in-flight answers end with ``UpstreamBodyIncomplete``."""
+        ...

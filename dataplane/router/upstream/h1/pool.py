@@ -1,0 +1,155 @@
+"""HTTP/1.1 upstream: a keep-alive connection pool per worker (the connections: ``upstream.h1.connection``).
+
+One ``H1Pool`` per worker. A request takes an idle connection (most recently used first) or
+opens one, writes head and body in one go, and returns as soon as the response head is parsed.
+A connection goes back to the pool when its response is complete and the worker allows
+keep-alive; a connection that failed, timed out or was abandoned is closed, never reused
+(ARCHITECTURE: "a failed connection stays failed").
+
+Failure classes (``dataplane.router.upstream.base``): a connect failure, or a pooled connection found
+closed before anything was written, is ``UpstreamUnreachable`` (safe to retry elsewhere); what
+can go wrong after the request bytes are written is the connection's (``upstream.h1.connection``).
+
+Idle connections are dropped after ``idle_ttl_s`` (4 s: below the 5 s keep-alive of uvicorn, which
+SGLang serves with) so we rarely race a server closing an idle connection while we reuse it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from dataplane.router.body import RequestBody
+from dataplane.router.headers import Headers
+from dataplane.router.upstream.base import ResponseListener, UpstreamUnreachable
+from dataplane.router.upstream.deadlines import Deadlines
+from dataplane.router.upstream.h1.connection import H1Connection, H1Response
+
+
+class H1Pool:
+    """Keep-alive HTTP/1.1 connections to one worker; implements ``upstream.UpstreamPool``."""
+
+    protocol = "http1"
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        max_idle: int = 256,
+        idle_ttl_s: float = 4.0,
+        connect_timeout_s: float = 5.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self._host_line = b"\r\nhost: " + authority.encode("ascii")
+        self._max_idle = max_idle
+        self._idle_ttl_s = idle_ttl_s
+        self._connect_timeout_s = connect_timeout_s
+        self._idle: list[H1Connection] = []
+        self._closed = False
+        self._deadlines = Deadlines()  # one timer for the pool, not one per request
+        # The pool's connections live on one loop: bind it at first use (get_running_loop()
+        # makes a getpid() syscall per call on CPython 3.11).
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def request(
+        self,
+        method: bytes,
+        path: bytes,
+        headers: Headers,
+        body: RequestBody,
+        *,
+        timeout_s: float,
+    ) -> H1Response:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        now = loop.time()
+        deadline = now + timeout_s
+        conn = self._checkout(now)
+        if conn is None:
+            conn = await self._connect(loop, min(self._connect_timeout_s, timeout_s))
+        waiter = conn.send(self._head(method, path, headers, body), body, deadline)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            # The caller gave up before the head arrived (client went away): the connection
+            # is mid-exchange, so it cannot be reused.
+            conn.abort()
+            raise
+
+    def start(
+        self,
+        method: bytes,
+        path: bytes,
+        headers: Headers,
+        body: RequestBody,
+        *,
+        timeout_s: float,
+        listener: ResponseListener,
+    ) -> H1Connection | None:
+        """``request`` driven by callbacks: on an idle connection, write the request and return
+        the connection (``abandon()`` it if the caller leaves before the head); ``listener`` is
+        told of the head or the failure. ``None`` when no connection is idle (connecting needs
+        ``request``). Raises ``UpstreamUnreachable`` like ``request``.
+        """
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        now = loop.time()
+        idle = self._idle
+        if not idle:
+            return None
+        conn: H1Connection | None = idle.pop()  # the most recent one: usually still fresh
+        assert conn is not None
+        if conn.lost or now - conn.idle_since >= self._idle_ttl_s:
+            conn.close()
+            conn = self._checkout(now)
+            if conn is None:
+                return None
+        conn.send_to(self._head(method, path, headers, body), body, now + timeout_s, listener)
+        return conn
+
+    def _head(self, method: bytes, path: bytes, headers: Headers, body: RequestBody) -> bytes:
+        """Request line and headers (RFC 9112 §3, §6.2: the body is framed by Content-Length)."""
+        # One %-format per piece: fewer intermediate objects than chained concatenation.
+        if body or method != b"GET":
+            head = b"%s %s HTTP/1.1%s\r\ncontent-length: %d" % (method, path, self._host_line, len(body))
+        else:
+            head = b"%s %s HTTP/1.1%s" % (method, path, self._host_line)
+        for name, value in headers:
+            head += b"\r\n%s: %s" % (name, value)
+        return head + b"\r\n\r\n"
+
+    async def close(self) -> None:
+        self._closed = True
+        self._deadlines.cancel()  # in-flight exchanges keep theirs
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    # -- internals -------------------------------------------------------------------------
+    def _checkout(self, now: float) -> H1Connection | None:
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if not conn.lost and now - conn.idle_since < self._idle_ttl_s:
+                return conn
+            conn.close()
+        return None
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> H1Connection:
+        if self._closed:
+            raise UpstreamUnreachable()
+        try:
+            async with asyncio.timeout(timeout_s):
+                _, conn = await loop.create_connection(lambda: H1Connection(self), self.host, self.port)
+        except (OSError, TimeoutError) as exc:
+            raise UpstreamUnreachable() from exc
+        return conn
+
+    def _forget(self, conn: H1Connection) -> None:
+        with contextlib.suppress(ValueError):
+            self._idle.remove(conn)

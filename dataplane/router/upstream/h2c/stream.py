@@ -1,0 +1,198 @@
+"""One h2c upstream request: the stream's state as its connection fills it and the router reads it.
+
+An ``H2Stream`` is the ``UpstreamResponse`` of the h2c upstream: ``status`` and ``headers`` once
+the worker answered, ``chunks()`` for the body as it arrives, ``abort()`` when the router's client
+went away. The connection (``upstream_h2.H2Connection``) calls the ``*_received``/``ended``/
+``fail`` methods from its protocol callbacks; nothing here does I/O itself, the connection is only
+asked to return flow-control credit (``consumed``) and to reset the stream (``cancel``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Protocol
+
+from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeout
+from dataplane.router.body import RequestBody
+from dataplane.router.headers import DROPPED
+
+
+def parse_head(headers: list[tuple[bytes, bytes]]) -> tuple[int, list[tuple[bytes, bytes]]]:
+    """``:status`` and the headers to forward: no pseudo-headers, no hop-by-hop or framing ones."""
+    status = 0
+    out = []
+    dropped = DROPPED
+    for name, value in headers:
+        if name[:1] == b":":
+            if name == b":status":
+                status = int(value)
+        elif name not in dropped:
+            out.append((name, value))
+    return status, out
+
+
+class _Owner(Protocol):
+    def consumed(self, stream_id: int, nbytes: int) -> None: ...
+    def cancel(self, stream: H2Stream, code: int = ...) -> None: ...
+
+
+class H2Stream:
+    """A request in flight on an h2c connection, and its response as it streams in."""
+
+    __slots__ = (
+        "_buf",
+        "_conn",
+        "_eof",
+        "_error",
+        "_timer",
+        "_unacked",
+        "_waiter",
+        "headers",
+        "pending",
+        "pending_off",
+        "refused",
+        "started",
+        "status",
+        "stream_id",
+    )
+
+    def __init__(
+        self,
+        conn: _Owner,
+        stream_id: int,
+        body: RequestBody,
+        deadline: float,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self._conn = conn
+        self.stream_id = stream_id
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.started = False  # response headers arrived
+        self.refused = False  # the live worker declined it unprocessed (REFUSED_STREAM, GOAWAY)
+        self.pending = body  # the request body; bytes from pending_off on are not sent yet
+        self.pending_off = 0
+        self._buf: deque[bytes] = deque()
+        self._unacked = 0  # flow-controlled bytes buffered, credit not yet returned
+        self._eof = False
+        self._error: RouterError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer = (loop or asyncio.get_running_loop()).call_at(deadline, self._on_timeout)
+
+    # -- UpstreamResponse -----------------------------------------------------------------------
+
+    async def response_started(self) -> None:
+        """Wait for the response headers; raises the stream's error if it failed first."""
+        while not self.started:
+            if self._error is not None:
+                raise self._error
+            await self._wait()
+
+    def buffered_body(self) -> bytes | None:
+        """The whole body if it has fully arrived (the one-write fast path), else ``None``."""
+        if not self._eof or self._error is not None:
+            return None
+        buf = self._buf
+        data = b"" if not buf else buf.popleft() if len(buf) == 1 else b"".join(buf)
+        buf.clear()
+        self._flush_credit()
+        return data
+
+    def chunks(self) -> H2Stream:
+        return self
+
+    def __aiter__(self) -> H2Stream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        while True:
+            buf = self._buf
+            if buf:
+                # Coalesce what arrived meanwhile: fewer writes to the client, same bytes.
+                data = buf.popleft() if len(buf) == 1 else b"".join(buf)
+                buf.clear()
+                unacked, self._unacked = self._unacked, 0
+                self._conn.consumed(self.stream_id, unacked)
+                return data
+            if self._error is not None:
+                raise self._error
+            if self._eof:
+                raise StopAsyncIteration
+            await self._wait()
+
+    def abort(self) -> None:
+        """The router's client went away: RST_STREAM(CANCEL) unless the stream already ended."""
+        if self._eof or self._error is not None:
+            self._drop_buffer()
+            return
+        self._error = UpstreamBodyIncomplete("request cancelled")
+        self._timer.cancel()
+        self._conn.cancel(self)
+        self._drop_buffer()
+        self._wake()
+
+    # -- fed by the connection ------------------------------------------------------------------
+
+    def head_received(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """The response head (from ``parse_head``); ``headers`` may be shared: never mutated."""
+        if 100 <= status < 200:  # informational (RFC 9110 §15.2): the real answer follows
+            return
+        self.status = status
+        self.headers = headers
+        self.started = True
+        self._wake()
+
+    def data_received(self, data: bytes, flow_controlled: int) -> None:
+        self._unacked += flow_controlled
+        if data:
+            self._buf.append(data)
+            self._wake()
+        elif flow_controlled:
+            self._flush_credit()
+
+    def ended(self) -> None:
+        self._eof = True
+        self._timer.cancel()
+        if not self.started:
+            self._error = UpstreamBodyIncomplete()
+        self._wake()
+
+    def fail(self, error: RouterError) -> None:
+        if self._eof or self._error is not None:
+            return
+        self._error = error
+        self._timer.cancel()
+        self._wake()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _on_timeout(self) -> None:
+        if self._eof or self._error is not None:
+            return
+        self._error = UpstreamTimeout()
+        self._conn.cancel(self)
+        self._drop_buffer()
+        self._wake()
+
+    def _drop_buffer(self) -> None:
+        self._buf.clear()
+        self._flush_credit()
+
+    def _flush_credit(self) -> None:
+        unacked, self._unacked = self._unacked, 0
+        if unacked:
+            self._conn.consumed(self.stream_id, unacked)
+
+    async def _wait(self) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiter = waiter
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
