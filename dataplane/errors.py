@@ -1,11 +1,16 @@
-"""The router's error table (SPEC §5): one class per code, one function to render any of them.
+"""The data plane's error root and its one error -> answer mapping (SPEC §5).
 
-Every error the router answers with is a ``RouterError``; its class fixes the HTTP status and
-the code, the instance carries the message (and ``param`` for contract violations). Server
-errors (5xx) carry generic messages only: they never reveal worker addresses.
+Every error the router (and the HTTP server under it, ``dataplane.http``) answers with is a
+``RouterError``; its class fixes the HTTP status and the code, the instance carries the message
+(and ``param`` for contract violations). ``error_answer`` is the only place an error becomes an
+answer: status, the headers (content type and ``x-router-error-code``) and the envelope
+``{"error":{"type","code","message"[,"param"]}}``. Server errors (5xx) carry generic messages
+only: they never reveal worker addresses.
 """
 
 from __future__ import annotations
+
+from typing import Final
 
 import msgspec
 
@@ -109,6 +114,10 @@ class _Envelope(msgspec.Struct):
 
 
 _encoder = msgspec.json.Encoder()
+_JSON: Final = (b"content-type", b"application/json")
+
+Headers = list[tuple[bytes, bytes]]
+ErrorAnswer = tuple[int, Headers, bytes]
 
 
 def error_body(err: RouterError) -> bytes:
@@ -116,6 +125,15 @@ def error_body(err: RouterError) -> bytes:
     return _encoder.encode(
         _Envelope(_ErrorBody(type=err.error_type, code=err.code, param=err.param, message=err.message))
     )
+
+
+def error_answer(err: RouterError, extra: Headers | None = None) -> ErrorAnswer:
+    """The answer to ``err``: its status, headers (plus ``extra``, e.g. ``x-contract-revision``
+    or ``allow``) and envelope. A fresh header list each time: responders may extend it."""
+    headers = [_JSON, (b"x-router-error-code", err.code.encode("ascii"))]
+    if extra:
+        headers += extra
+    return err.status, headers, error_body(err)
 
 
 def sse_error_event(err: RouterError) -> bytes:

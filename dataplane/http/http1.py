@@ -15,6 +15,7 @@ from typing import cast
 
 import httptools
 
+from dataplane.errors import ErrorAnswer
 from dataplane.http.backpressure import WriteBackpressure
 from dataplane.http.context import ServerContext, close_idle, set_nodelay, still_draining
 from dataplane.http.http1_responder import DONE, H1Responder
@@ -27,7 +28,6 @@ from dataplane.http.wire import (
     TIMED_OUT,
     TOO_LARGE,
     UPGRADE_WITH_BODY,
-    ErrorAnswer,
     Headers,
     classify_preface,
 )

@@ -33,7 +33,7 @@ from h2.exceptions import H2Error, ProtocolError
 from h2.settings import SettingCodes, Settings
 from hyperframe.frame import GoAwayFrame
 
-from dataplane.errors import BadRequest
+from dataplane.errors import BadRequest, ErrorAnswer, error_answer
 from dataplane.http.context import ServerContext, close_idle, set_nodelay, still_draining
 from dataplane.http.h2_fields import (
     LenientH2Connection,
@@ -45,7 +45,7 @@ from dataplane.http.h2_fields import (
 from dataplane.http.http2_output import Http2Output
 from dataplane.http.http2_responder import H2Responder
 from dataplane.http.request import Request, dispatch
-from dataplane.http.wire import TIMED_OUT, TOO_LARGE, ErrorAnswer, error_answer
+from dataplane.http.wire import TIMED_OUT, TOO_LARGE
 
 _RESET_ALLOWANCE = 100  # client resets tolerated before the answered/reset ratio is enforced
 

@@ -11,11 +11,9 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable
 
-from dataplane.errors import InternalError, error_body
+from dataplane.errors import InternalError, RouterError, error_answer
 
 _log = logging.getLogger("dataplane.http")
-
-INTERNAL_ERROR_BODY = error_body(InternalError())
 
 
 class ClientDisconnected(Exception):
@@ -77,6 +75,13 @@ class Responder:
 
     def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         raise NotImplementedError
+
+    def answer_error(self, err: RouterError, extra: list[tuple[bytes, bytes]] | None = None) -> int:
+        """Answer ``err`` (SPEC §5: its status, ``x-router-error-code``, the envelope; plus
+        ``extra`` headers); its status, for the caller's metrics."""
+        status, headers, body = error_answer(err, extra)
+        self.respond(status, headers, body)
+        return status
 
     async def write(self, chunk: bytes) -> None:
         raise NotImplementedError
@@ -219,8 +224,4 @@ def answer_internal_error(responder: Responder) -> None:
     if responder.started:
         responder.abort()
     else:
-        responder.respond(
-            500,
-            [(b"content-type", b"application/json"), (b"x-router-error-code", b"internal_error")],
-            INTERNAL_ERROR_BODY,
-        )
+        responder.answer_error(InternalError())

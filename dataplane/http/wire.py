@@ -7,7 +7,7 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Final, Literal
 
-from dataplane.errors import BadRequest, PayloadTooLarge, RouterError, error_body
+from dataplane.errors import BadRequest, PayloadTooLarge, error_answer
 
 # RFC 9113 §3.4: a prior-knowledge client opens with this exact 24-byte preface.
 H2_PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -133,15 +133,7 @@ class RequestTimeout(BadRequest):
     status, default_message = 408, "the request was not received in time"
 
 
-ErrorAnswer = tuple[int, Headers, bytes]
-
-
-def error_answer(err: RouterError) -> ErrorAnswer:
-    """The server's own error answer: SPEC §5 envelope + ``x-router-error-code``."""
-    headers = [(b"content-type", b"application/json"), (b"x-router-error-code", err.code.encode("ascii"))]
-    return err.status, headers, error_body(err)
-
-
+# The server's own error answers (dataplane.errors renders every one).
 MALFORMED: Final = error_answer(BadRequest("malformed HTTP request"))
 TOO_LARGE: Final = error_answer(PayloadTooLarge())
 HEADERS_TOO_LARGE: Final = error_answer(HeaderFieldsTooLarge())

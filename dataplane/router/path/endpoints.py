@@ -14,8 +14,6 @@ from dataplane.errors import (
     ContractUnavailable,
     ModelNotFound,
     NoHealthyWorkers,
-    RouterError,
-    error_body,
 )
 from dataplane.http import Responder
 from dataplane.router.contract.routes import JUDGED, canonical_path, split_target
@@ -32,16 +30,6 @@ _GET_PATHS = frozenset((b"/v1/models", b"/health", b"/readiness", b"/metrics", b
 
 # An answer is given at once (its status), or by a coroutine (/metrics under --processes).
 Answer = Callable[[Responder], int | Coroutine[Any, Any, int]]
-
-
-def error_headers(err: RouterError) -> Headers:
-    """Content type and ``x-router-error-code`` of an error answer (SPEC §5)."""
-    return [(b"content-type", b"application/json"), (b"x-router-error-code", err.code.encode("ascii"))]
-
-
-def answer_error(responder: Responder, err: RouterError) -> int:
-    responder.respond(err.status, error_headers(err), error_body(err))
-    return err.status
 
 
 class Endpoints:
@@ -80,7 +68,7 @@ class Endpoints:
     def model(self, model: str, responder: Responder) -> int:
         """One model of the list, or 404 model_not_found when no healthy worker serves it."""
         if model not in self._state.workers.healthy_models():
-            return answer_error(responder, ModelNotFound(f"no worker serves the model '{model[:200]}'"))
+            return responder.answer_error(ModelNotFound(f"no worker serves the model '{model[:200]}'"))
         responder.respond(200, JSON, _encode(_model_object(model)))
         return 200
 
@@ -93,9 +81,9 @@ class Endpoints:
         """Ready once there is a worker and (with a control plane) a contract snapshot."""
         state = self._state
         if state.contracts is None:
-            return answer_error(responder, ContractUnavailable())
+            return responder.answer_error(ContractUnavailable())
         if not any(w.healthy for w in state.workers.workers):
-            return answer_error(responder, NoHealthyWorkers())
+            return responder.answer_error(NoHealthyWorkers())
         body = {"status": "ready", "workers": len(state.workers), "revision": state.contracts.revision}
         responder.respond(200, JSON, _encode(body))
         return 200
@@ -115,7 +103,7 @@ class Endpoints:
         """The contract set and revision applied (JSON)."""
         contracts = self._state.contracts
         if contracts is None:
-            return answer_error(responder, ContractUnavailable())
+            return responder.answer_error(ContractUnavailable())
         responder.respond(200, JSON, _encode(contracts.to_json()))
         return 200
 

@@ -32,7 +32,7 @@ from dataplane.router.admission import Slot
 from dataplane.router.fleet.workers import Worker
 from dataplane.router.headers import Headers
 from dataplane.router.metrics import CLIENT_GONE, OK, RouteStats
-from dataplane.router.path.relay import CLIENT_CLOSED, answer_error, outcome_of, relay_rest
+from dataplane.router.path.relay import CLIENT_CLOSED, outcome_of, relay_rest
 from dataplane.router.upstream.base import UpstreamResponse
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ class Exchange:
         try:
             worker.record_failure()
             self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(error))
-            status = answer_error(responder, error, self._extra)
+            status = responder.answer_error(error, self._extra)
         except Exception:
             self._bug()
             return

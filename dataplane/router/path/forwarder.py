@@ -39,7 +39,7 @@ from dataplane.router.metrics import (
     RouteStats,
 )
 from dataplane.router.path.exchange import Exchange
-from dataplane.router.path.relay import CLIENT_CLOSED, answer_error, outcome_of, relay
+from dataplane.router.path.relay import CLIENT_CLOSED, outcome_of, relay
 from dataplane.router.upstream.h1.pool import H1Pool
 
 
@@ -180,7 +180,7 @@ class Forwarder:
                     slot = await self._admission.acquire()
                 except RouterError as err:
                     slot = None
-                    status = answer_error(responder, err, extra)
+                    status = responder.answer_error(err, extra)
             if slot is not None:
                 try:
                     status = await self._forward(
@@ -225,7 +225,7 @@ class Forwarder:
             tried.append(first)
             first = None
             if len(tried) >= config.retry_attempts:
-                return answer_error(responder, UpstreamUnreachable(), extra)
+                return responder.answer_error(UpstreamUnreachable(), extra)
             await asyncio.sleep(random.uniform(0, config.retry_backoff_s * 2))
         while True:
             if first is not None:  # picked by ``_send`` a moment ago
@@ -237,7 +237,7 @@ class Forwarder:
                     candidates = [w for w in group if w.healthy]
                 if not candidates:
                     err = UpstreamUnreachable() if tried else NoHealthyWorkers()
-                    return answer_error(responder, err, extra)
+                    return responder.answer_error(err, extra)
                 worker = self._balancer.pick(candidates) if len(candidates) > 1 else candidates[0]
             worker.inflight += 1
             try:
@@ -250,7 +250,7 @@ class Forwarder:
                 metrics.upstream_outcome(worker.url, worker.protocol, UNREACHABLE)
                 tried.append(worker)
                 if len(tried) >= config.retry_attempts:
-                    return answer_error(responder, refused, extra)
+                    return responder.answer_error(refused, extra)
                 # Full jitter: routers retrying together must not hit the next worker in step.
                 await asyncio.sleep(random.uniform(0, config.retry_backoff_s * (1 << len(tried))))
                 continue
@@ -258,7 +258,7 @@ class Forwarder:
                 worker.inflight -= 1
                 worker.record_failure()
                 metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(failed))
-                return answer_error(responder, failed, extra)
+                return responder.answer_error(failed, extra)
             except BaseException:
                 worker.inflight -= 1
                 metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)

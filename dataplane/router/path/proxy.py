@@ -38,7 +38,6 @@ from dataplane.router.headers import Headers
 from dataplane.router.metrics import RouterMetrics, RouteStats
 from dataplane.router.path.endpoints import Endpoints
 from dataplane.router.path.forwarder import Forwarder, ProxyConfig
-from dataplane.router.path.relay import answer_error
 from dataplane.router.state import RouterState
 
 _MAX_MODEL_IN_MESSAGE = 200
@@ -86,7 +85,7 @@ class Proxy(Forwarder):
         if judged_stats is not None:
             stats = judged_stats
             if method != b"POST":
-                status = answer_error(responder, MethodNotAllowed(), _ALLOW_POST)
+                status = responder.answer_error(MethodNotAllowed(), _ALLOW_POST)
             else:
                 judged = self._judge(request, responder, generate)
                 if isinstance(judged, int):
@@ -107,17 +106,17 @@ class Proxy(Forwarder):
             try:
                 _, group = self._group(_model_of(request.body))
             except RouterError as err:
-                status = answer_error(responder, err, _NONE)
+                status = responder.answer_error(err, _NONE)
             else:
                 return self._send(
                     stats, started, request, responder, request.path, request.body, group, _NONE, False
                 )
         elif endpoint is not None:  # a GET endpoint asked with another method
             stats = endpoint[0]
-            status = answer_error(responder, MethodNotAllowed(), _ALLOW_GET)
+            status = responder.answer_error(MethodNotAllowed(), _ALLOW_GET)
         else:
             stats = self._unknown_stats
-            status = answer_error(responder, RouteNotFound(), _NONE)
+            status = responder.answer_error(RouteNotFound(), _NONE)
         stats.observe(status, perf_counter() - started)
         return None
 
@@ -150,7 +149,7 @@ class Proxy(Forwarder):
         """Probe, model lookup, contract (SPEC §3.3): the body to forward, or the status answered."""
         contracts = self._state.contracts
         if contracts is None:
-            return answer_error(responder, ContractUnavailable(), _NONE)
+            return responder.answer_error(ContractUnavailable(), _NONE)
         extra = contracts.revision_headers
         try:
             probe = probe_body(request.body, generate=generate)
@@ -166,7 +165,7 @@ class Proxy(Forwarder):
                     )
                     raise
         except RouterError as err:
-            return answer_error(responder, err, extra)
+            return responder.answer_error(err, extra)
         return body, group, extra, probe.stream is True
 
     def _group(self, model: str | None) -> tuple[str, tuple[Worker, ...]]:

@@ -16,7 +16,6 @@ from dataplane.errors import (
     RouterError,
     UpstreamBodyIncomplete,
     UpstreamTimeout,
-    error_body,
     sse_error_event,
 )
 from dataplane.http import ClientDisconnected, Responder
@@ -24,20 +23,11 @@ from dataplane.router.admission import Slot
 from dataplane.router.fleet.workers import Worker
 from dataplane.router.headers import Headers
 from dataplane.router.metrics import BODY_INCOMPLETE, CLIENT_GONE, OK, TIMEOUT, RouterMetrics, RouteStats
-from dataplane.router.path.endpoints import error_headers
 from dataplane.router.upstream.base import UpstreamResponse
 
 BUFFER_NON_STREAMING = 1 << 20
 CLIENT_CLOSED = 499  # nginx's status for "client went away"; only ever a metrics label
 _EVENT_STREAM = b"text/event-stream"
-
-
-def answer_error(responder: Responder, err: RouterError, extra: Headers) -> int:
-    """Answer ``err`` with the SPEC §5 envelope (plus ``extra`` headers); its status."""
-    responder.respond(
-        err.status, error_headers(err) + extra if extra else error_headers(err), error_body(err)
-    )
-    return err.status
 
 
 def outcome_of(err: RouterError) -> str:
@@ -88,7 +78,7 @@ async def relay(
         worker.record_failure()
         metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(failed))
         if not responder.started:
-            return answer_error(responder, failed, extra)
+            return responder.answer_error(failed, extra)
         if sse:
             try:
                 await responder.write(sse_error_event(failed))
