@@ -1,4 +1,4 @@
-"""One forwarded request driven by callbacks: no task and no coroutine chain (issue 6).
+"""One forwarded request driven by callbacks: no task and no coroutine chain.
 
 ARCHITECTURE's hot-path budget: an asyncio task per request (creation, first step, the
 coroutine frames of the request path, the head future) is a large share of the router's
@@ -22,24 +22,36 @@ and the in-flight count.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from time import perf_counter
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from dataplane.errors import RouterError
 from dataplane.http import Request, Responder, answer_internal_error, spawn
 from dataplane.router.admission import Slot
 from dataplane.router.fleet.workers import Worker
 from dataplane.router.headers import Headers
-from dataplane.router.metrics import CLIENT_GONE, OK, RouteStats
+from dataplane.router.metrics import CLIENT_GONE, OK, RouterMetrics, RouteStats
 from dataplane.router.path.relay import CLIENT_CLOSED, outcome_of, relay_rest
 from dataplane.router.upstream.base import UpstreamResponse
 
-if TYPE_CHECKING:
-    from dataplane.router.path.forwarder import Forwarder
-    from dataplane.router.upstream.h1.connection import H1Connection
-
 _log = logging.getLogger(__name__)
+
+
+class Host(Protocol):
+    """What an exchange needs from the forwarder that started it (``forwarder.Forwarder``)."""
+
+    metrics: RouterMetrics
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+
+class Abandonable(Protocol):
+    """The upstream connection carrying the exchange (``upstream.h1.connection.H1Connection``)."""
+
+    def abandon(self) -> None: ...
 
 
 class Exchange:
@@ -60,7 +72,7 @@ class Exchange:
 
     def __init__(
         self,
-        proxy: Forwarder,
+        proxy: Host,
         stats: RouteStats,
         started: float,
         request: Request,
@@ -79,7 +91,7 @@ class Exchange:
         self._slot = slot
         self._extra = extra
         self._stream = stream
-        self.conn: H1Connection | None = None  # until the head arrives: abandoned if the client leaves
+        self.conn: Abandonable | None = None  # until the head arrives: abandoned if the client leaves
 
     # -- upstream.ResponseListener ---------------------------------------------------------
     def on_response(self, response: UpstreamResponse) -> None:

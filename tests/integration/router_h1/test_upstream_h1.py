@@ -213,7 +213,7 @@ async def test_concurrent_deadlines_each_fire_on_time() -> None:
         assert isinstance(early, float) and 0.19 <= early < 1.0
         waited = await late
         assert isinstance(waited, float) and 1.49 <= waited < 2.5
-        assert len(pool._deadlines) == 0  # nothing left with a deadline once every exchange ended
+        assert len(pool.deadlines) == 0  # nothing left with a deadline once every exchange ended
         await pool.close()
 
 

@@ -23,7 +23,7 @@ import contextlib
 import socket
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 import httptools
 
@@ -36,9 +36,24 @@ from dataplane.router.upstream.base import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from dataplane.router.upstream.deadlines import Deadlines
 
-if TYPE_CHECKING:
-    from dataplane.router.upstream.h1.pool import H1Pool
+
+class ConnectionHome(Protocol):
+    """What a connection needs from the pool it belongs to (``pool.H1Pool`` fits), as in
+    httpcore's pool/connection interface: the pool's one deadline timer, taking a connection
+    back when its exchange is complete, and forgetting one that is gone."""
+
+    deadlines: Deadlines
+
+    def release(self, conn: H1Connection) -> bool:
+        """Keep ``conn`` as idle; False when the pool will not (closed, or full): close it."""
+        ...
+
+    def forget(self, conn: H1Connection) -> None:
+        """``conn`` is gone: it must never be handed out again."""
+        ...
+
 
 HIGH_WATER = 1 << 20  # pause reading from the worker above this many unsent bytes
 _COALESCE_BODY_BYTES = 256 * 1024  # copy head + body into one write below this size
@@ -128,7 +143,7 @@ class H1Response:
 class H1Connection(asyncio.Protocol):
     """One TCP connection to the worker, carrying one exchange at a time."""
 
-    def __init__(self, pool: H1Pool) -> None:
+    def __init__(self, pool: ConnectionHome) -> None:
         self._pool = pool
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
@@ -216,17 +231,16 @@ class H1Connection(asyncio.Protocol):
         self._delimited = False
         if self._timed:
             self._timed = False
-            self._pool._deadlines.unwatch(self)
+            self._pool.deadlines.unwatch(self)
         if not response._done:  # response._finish(), inlined: the per-request path
             response._done = True
             if response._waiter is not None:
                 response._wake()
-        pool = self._pool
-        if self._keep_alive and not self.lost and not pool._closed and len(pool._idle) < pool._max_idle:
+        if self._keep_alive and not self.lost:
             self.idle_since = self._loop.time()
-            pool._idle.append(self)
-        else:
-            self.close()
+            if self._pool.release(self):
+                return
+        self.close()
 
     # -- exchange --------------------------------------------------------------------------
     def send(self, head: bytes, body: RequestBody, deadline: float) -> asyncio.Future[H1Response]:
@@ -264,7 +278,7 @@ class H1Connection(asyncio.Protocol):
     def _write(self, transport: asyncio.Transport, head: bytes, body: RequestBody, deadline: float) -> None:
         self.deadline = deadline
         self._timed = True
-        self._pool._deadlines.watch(self, self._loop)
+        self._pool.deadlines.watch(self, self._loop)
         if len(body) <= _COALESCE_BODY_BYTES:
             # One segment: head and body written separately cost a measured 1-3 ms at p90 on
             # loopback (the second small segment waits behind the first's ACK).
@@ -318,7 +332,7 @@ class H1Connection(asyncio.Protocol):
         if self.lost and self._head_waiter is None and self._listener is None and self._response is None:
             return
         self.lost = True
-        self._pool._forget(self)
+        self._pool.forget(self)
         if self._response is not None and not self._delimited:
             # A body delimited by the end of the connection (RFC 9112 §6.3 rule 8) is complete.
             response, self._response = self._response, None
@@ -333,4 +347,4 @@ class H1Connection(asyncio.Protocol):
     def _cancel_timer(self) -> None:
         if self._timed:
             self._timed = False
-            self._pool._deadlines.unwatch(self)
+            self._pool.deadlines.unwatch(self)

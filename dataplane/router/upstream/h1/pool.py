@@ -49,7 +49,7 @@ class H1Pool:
         self._connect_timeout_s = connect_timeout_s
         self._idle: list[H1Connection] = []
         self._closed = False
-        self._deadlines = Deadlines()  # one timer for the pool, not one per request
+        self.deadlines = Deadlines()  # one timer for the pool, not one per request
         # The pool's connections live on one loop: bind it at first use (get_running_loop()
         # makes a getpid() syscall per call on CPython 3.11).
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -125,7 +125,7 @@ class H1Pool:
 
     async def close(self) -> None:
         self._closed = True
-        self._deadlines.cancel()  # in-flight exchanges keep theirs
+        self.deadlines.cancel()  # in-flight exchanges keep theirs
         idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
@@ -150,6 +150,13 @@ class H1Pool:
             raise UpstreamUnreachable() from exc
         return conn
 
-    def _forget(self, conn: H1Connection) -> None:
+    # -- connection.ConnectionHome --------------------------------------------------------
+    def release(self, conn: H1Connection) -> bool:
+        if self._closed or len(self._idle) >= self._max_idle:
+            return False
+        self._idle.append(conn)
+        return True
+
+    def forget(self, conn: H1Connection) -> None:
         with contextlib.suppress(ValueError):
             self._idle.remove(conn)
