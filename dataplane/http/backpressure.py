@@ -17,29 +17,29 @@ from dataplane.http.request import ClientDisconnected
 class WriteBackpressure(asyncio.Protocol):
     """Base of both connection protocols: ``pause_writing``/``resume_writing`` and the waiters."""
 
-    _loop: asyncio.AbstractEventLoop
-    _limits: ServerLimits
-    _lost: bool
+    loop: asyncio.AbstractEventLoop
+    limits: ServerLimits
+    lost: bool
 
     def __init__(self) -> None:
-        self._write_paused = False
+        self.write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
 
     def kill(self) -> None:
         raise NotImplementedError
 
     def pause_writing(self) -> None:
-        self._write_paused = True
+        self.write_paused = True
 
     def resume_writing(self) -> None:
-        self._write_paused = False
+        self.write_paused = False
         self._wake_writers()
 
-    async def _wait_writable(self) -> None:
-        fut = self._loop.create_future()
+    async def wait_writable(self) -> None:
+        fut = self.loop.create_future()
         self._drain_waiters.append(fut)
         try:
-            await asyncio.wait_for(fut, self._limits.write_timeout_s)
+            await asyncio.wait_for(fut, self.limits.write_timeout_s)
         except TimeoutError:
             self.kill()
             raise ClientDisconnected from None
@@ -48,7 +48,7 @@ class WriteBackpressure(asyncio.Protocol):
         waiters, self._drain_waiters = self._drain_waiters, []
         for fut in waiters:
             if not fut.done():
-                if self._lost:
+                if self.lost:
                     fut.set_exception(ClientDisconnected())
                 else:
                     fut.set_result(None)

@@ -46,12 +46,12 @@ class Http1Connection(WriteBackpressure):
 
     def __init__(self, ctx: ServerContext) -> None:
         super().__init__()
-        self._ctx = ctx
-        self._loop = ctx.loop
-        self._limits = ctx.limits
+        self.ctx = ctx
+        self.loop = ctx.loop
+        self.limits = ctx.limits
         self._max_body = ctx.limits.max_body_bytes
         self._max_header = ctx.limits.max_header_bytes
-        self._transport: asyncio.Transport | None = None
+        self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
         self._detecting = True
         self._preface = b""
@@ -72,22 +72,22 @@ class Http1Connection(WriteBackpressure):
         self._error: ErrorAnswer | None = None
         # Answers, oldest first; only the head writes to the socket.
         self._queue: deque[H1Responder] = deque()
-        self._closing = False  # no further request is dispatched
+        self.closing = False  # no further request is dispatched
         self._discarding = False  # the parser is done; input is dropped
         self._lingering = False
         self._reading_paused = False
         self._deadline = 0.0
         self._stuck_size = 0
-        self._lost = False
+        self.lost = False
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses; they have the same API.
-        self._transport = cast(asyncio.Transport, transport)
+        self.transport = cast(asyncio.Transport, transport)
         set_nodelay(transport)
-        self._ctx.connections.add(self)
-        self._deadline = self._loop.time() + self._limits.idle_timeout_s
+        self.ctx.connections.add(self)
+        self._deadline = self.loop.time() + self.limits.idle_timeout_s
 
     def data_received(self, data: bytes) -> None:
         if self._detecting:
@@ -124,8 +124,8 @@ class Http1Connection(WriteBackpressure):
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True
-        self._ctx.remove(self)
+        self.lost = True
+        self.ctx.remove(self)
         queue, self._queue = self._queue, deque()
         for resp in queue:
             resp._mark_disconnected()
@@ -144,7 +144,7 @@ class Http1Connection(WriteBackpressure):
         self._raw_body = 0
         self._expect_continue = False
         self._connection_header = False
-        self._deadline = self._loop.time() + self._limits.read_timeout_s
+        self._deadline = self.loop.time() + self.limits.read_timeout_s
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -181,10 +181,10 @@ class Http1Connection(WriteBackpressure):
             raise _Stop
         self._headers_done = True
         self._partial_head = 0
-        if self._expect_continue and not self._queue and self._transport is not None:
+        if self._expect_continue and not self._queue and self.transport is not None:
             # RFC 9110 §10.1.1; when answers are outstanding it is sent once they are done.
             self._expect_continue = False
-            self._transport.write(CONTINUE_100)
+            self.transport.write(CONTINUE_100)
 
     def on_body(self, body: bytes) -> None:
         size = self._body_bytes + len(body)
@@ -201,13 +201,13 @@ class Http1Connection(WriteBackpressure):
 
     def on_message_complete(self) -> None:
         self._in_message = False
-        if self._closing:
+        if self.closing:
             return
         parser = self._parser
         parts = self._body
         body = b"" if parts is None else parts[0] if len(parts) == 1 else b"".join(parts)
         method = parser.get_method()
-        keep_alive = parser.should_keep_alive() and not self._ctx.draining
+        keep_alive = parser.should_keep_alive() and not self.ctx.draining
         # get_http_version() costs ~1 µs: only ask when HTTP/1.0 is possible (no keep-alive, or
         # an explicit Connection header, which 1.0 needs for keep-alive).
         http10 = (not keep_alive or self._connection_header) and parser.get_http_version() == "1.0"
@@ -218,13 +218,13 @@ class Http1Connection(WriteBackpressure):
         if not keep_alive:
             # Anything after a closing request is dropped, but reading goes on so that the
             # client going away is still noticed while the answer is being prepared.
-            self._closing = True
+            self.closing = True
             self._discarding = True
-        elif len(queue) >= self._limits.h1_max_pipelined and self._transport is not None:
-            self._transport.pause_reading()
+        elif len(queue) >= self.limits.h1_max_pipelined and self.transport is not None:
+            self.transport.pause_reading()
             self._reading_paused = True
         request = Request(method, self._url, self._headers, body, False)
-        resp._task = dispatch(self._loop, self._ctx.handler, request, resp)
+        resp._task = dispatch(self.loop, self.ctx.handler, request, resp)
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -241,10 +241,10 @@ class Http1Connection(WriteBackpressure):
             self._preface = data
             return None
         self._detecting = False
-        transport = self._transport
+        transport = self.transport
         assert transport is not None
-        self._ctx.connections.discard(self)
-        h2conn = Http2Connection(self._ctx)
+        self.ctx.connections.discard(self)
+        h2conn = Http2Connection(self.ctx)
         transport.set_protocol(h2conn)
         h2conn.connection_made(transport)
         h2conn.data_received(data)
@@ -264,9 +264,9 @@ class Http1Connection(WriteBackpressure):
 
     def _fail(self, answer: ErrorAnswer) -> None:
         """Answer a broken request after the outstanding answers, then close (lingering)."""
-        if self._ctx.on_refusal is not None:
-            self._ctx.on_refusal(self._url if self._in_message else b"", answer[0])
-        self._closing = True
+        if self.ctx.on_refusal is not None:
+            self.ctx.on_refusal(self._url if self._in_message else b"", answer[0])
+        self.closing = True
         self._discarding = True
         self._in_message = False
         self._deadline = 0.0
@@ -275,21 +275,32 @@ class Http1Connection(WriteBackpressure):
         self._queue.append(resp)
         resp.respond(*answer)
 
-    def _emit(self, resp: H1Responder, data: bytes) -> None:
+    # -- http1_responder.AnswerQueue -------------------------------------------------------
+    def closes_after(self, resp: H1Responder) -> bool:
+        # Closing (a refusal or a handler's ``connection: close``) or draining (server
+        # shutdown, and no request half-read): the last queued answer is the connection's last.
+        if self.closing:
+            return self._queue[-1] is resp
+        return self.ctx.draining and self._queue[-1] is resp and not self._in_message
+
+    def is_head(self, resp: H1Responder) -> bool:
+        return self._queue[0] is resp
+
+    def emit(self, resp: H1Responder, data: bytes) -> None:
         if self._queue and self._queue[0] is resp:
-            assert self._transport is not None
-            self._transport.write(data)
+            assert self.transport is not None
+            self.transport.write(data)
         elif resp._pending is None:
             resp._pending = [data]
         else:
             resp._pending.append(data)
 
-    def _answer_done(self, resp: H1Responder) -> None:
+    def answer_done(self, resp: H1Responder) -> None:
         """``resp`` finished; if it is the head, advance the queue."""
         queue = self._queue
         if not queue or queue[0] is not resp:
             return
-        transport = self._transport
+        transport = self.transport
         assert transport is not None
         while True:
             head = queue[0]
@@ -309,14 +320,14 @@ class Http1Connection(WriteBackpressure):
                 head._wake_head()
                 return
         # Nothing outstanding.
-        if self._closing or (self._ctx.draining and not self._in_message):
+        if self.closing or (self.ctx.draining and not self._in_message):
             self._close(False)
             return
         if self._reading_paused:
             self._reading_paused = False
             transport.resume_reading()
         if not self._in_message:
-            self._deadline = self._loop.time() + self._limits.idle_timeout_s
+            self._deadline = self.loop.time() + self.limits.idle_timeout_s
         elif self._expect_continue and self._headers_done:
             self._expect_continue = False
             transport.write(CONTINUE_100)
@@ -330,16 +341,16 @@ class Http1Connection(WriteBackpressure):
     def _close(self, linger: bool) -> None:
         # Nothing is dispatched or answered after the last answer (it may be a handler's own
         # ``connection: close``, with more requests already parsed from the same read).
-        self._closing = True
+        self.closing = True
         self._discarding = True
-        transport = self._transport
+        transport = self.transport
         if transport is None or transport.is_closing():
             return
         if linger and transport.can_write_eof():
             # Drain what the client still sends so it reads our answer, not a reset.
             self._discarding = True
             self._lingering = True
-            self._deadline = self._loop.time() + self._limits.linger_s
+            self._deadline = self.loop.time() + self.limits.linger_s
             transport.write_eof()
             if self._reading_paused:
                 self._reading_paused = False
@@ -351,23 +362,23 @@ class Http1Connection(WriteBackpressure):
 
     def check_timeouts(self, now: float) -> None:
         deadline = self._deadline
-        if not deadline or now < deadline or self._transport is None:
+        if not deadline or now < deadline or self.transport is None:
             return
         if self._lingering:
-            self._transport.abort()
+            self.transport.abort()
         elif self._in_message:
             self._fail(TIMED_OUT)
         elif not self._queue:
-            self._stuck_size = still_draining(self._transport, self._stuck_size)
+            self._stuck_size = still_draining(self.transport, self._stuck_size)
             if self._stuck_size:
-                self._deadline = now + self._limits.write_timeout_s
+                self._deadline = now + self.limits.write_timeout_s
             else:
-                close_idle(self._transport)
+                close_idle(self.transport)
 
     def shutdown(self) -> None:
-        if not self._queue and not self._in_message and self._transport is not None:
-            self._transport.close()
+        if not self._queue and not self._in_message and self.transport is not None:
+            self.transport.close()
 
     def kill(self) -> None:
-        if self._transport is not None:
-            self._transport.abort()
+        if self.transport is not None:
+            self.transport.abort()

@@ -5,16 +5,44 @@ its place in the connection's in-order answer queue (see ``http1``).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from dataplane.http.context import ServerContext
 from dataplane.http.request import ClientDisconnected, Responder
 from dataplane.http.wire import LAST_CHUNK, Headers, body_allowed, encode_chunk, encode_h1_head
 
-if TYPE_CHECKING:
-    from dataplane.http.http1 import Http1Connection
-
 NEW, STREAMING, DONE = 0, 1, 2
 _JOIN_BODY_MAX = 64 * 1024  # below this a complete answer goes out in one write
+
+
+class AnswerQueue(Protocol):
+    """What an answer needs from its connection (``http1.Http1Connection``): answers go out in
+    request order, only the queue's head writes to the socket (RFC 9112 §9.3.2)."""
+
+    lost: bool
+    closing: bool  # no further request is dispatched
+    ctx: ServerContext  # ctx.draining: the server is shutting down
+    write_paused: bool
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport | None
+
+    def closes_after(self, resp: H1Responder) -> bool:
+        """Whether the connection closes once ``resp`` (not keep-alive itself) is sent."""
+        ...
+
+    def is_head(self, resp: H1Responder) -> bool:
+        """Whether ``resp`` is the answer now being written."""
+        ...
+
+    def emit(self, resp: H1Responder, data: bytes) -> None:
+        """Write ``data`` of ``resp`` now if it is the head, else keep it until it is."""
+        ...
+
+    def answer_done(self, resp: H1Responder) -> None:
+        """``resp`` is complete: advance the queue."""
+        ...
+
+    async def wait_writable(self) -> None: ...
 
 
 class H1Responder(Responder):
@@ -35,7 +63,7 @@ class H1Responder(Responder):
         "_task",
     )
 
-    def __init__(self, conn: Http1Connection, keep_alive: bool, head: bool, http10: bool) -> None:
+    def __init__(self, conn: AnswerQueue, keep_alive: bool, head: bool, http10: bool) -> None:
         # Base-class state, set inline (no super() call on the per-request path).
         self._disc = False
         self._disc_waiter = None
@@ -53,48 +81,40 @@ class H1Responder(Responder):
         self._head_waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def _closes(self) -> bool:
-        conn = self._conn
-        return (
-            not self._keep_alive
-            or (conn._closing and conn._queue[-1] is self)
-            or (conn._ctx.draining and conn._queue[-1] is self and not conn._in_message)
-        )
-
     def respond(self, status: int, headers: Headers, body: bytes) -> None:
         if self._state:
             raise RuntimeError("the answer has already started")
         conn = self._conn
-        if conn._lost or self._disc:
+        if conn.lost or self._disc:
             self._state = DONE
             return
         allowed = status >= 200 and status != 204 and status != 304  # body_allowed(status), inlined
         # Encode before committing: a bad status or header raises with the answer still unsent,
         # so the handler's error path can still answer 500.
-        close = not self._keep_alive or ((conn._closing or conn._ctx.draining) and self._closes())
+        close = not self._keep_alive or ((conn.closing or conn.ctx.draining) and conn.closes_after(self))
         head, close = encode_h1_head(status, headers, len(body) if allowed else None, False, close)
         self._state = DONE
         self._close = close
         if not allowed:
-            conn._emit(self, head)
+            conn.emit(self, head)
         else:
             if self._head or not body:
-                conn._emit(self, head)
+                conn.emit(self, head)
             elif len(body) <= _JOIN_BODY_MAX:
-                conn._emit(self, head + body)
+                conn.emit(self, head + body)
             else:
-                conn._emit(self, head)
-                conn._emit(self, body)
-        conn._answer_done(self)
+                conn.emit(self, head)
+                conn.emit(self, body)
+        conn.answer_done(self)
 
     def start(self, status: int, headers: Headers) -> None:
         if self._state:
             raise RuntimeError("the answer has already started")
         conn = self._conn
-        if conn._lost or self._disc:
+        if conn.lost or self._disc:
             self._state = STREAMING
             return
-        close = self._closes()
+        close = not self._keep_alive or conn.closes_after(self)
         nobody = self._head or not body_allowed(status)
         chunked = not nobody and not self._http10
         if not nobody and self._http10:
@@ -103,7 +123,7 @@ class H1Responder(Responder):
         self._state = STREAMING
         self._chunked = chunked
         self._nobody = nobody
-        conn._emit(self, head)
+        conn.emit(self, head)
 
     async def write(self, chunk: bytes) -> None:
         if self._state != STREAMING:
@@ -113,13 +133,13 @@ class H1Responder(Responder):
         if not chunk or self._nobody:
             return
         conn = self._conn
-        if conn._queue[0] is not self:
+        if not conn.is_head(self):
             await self._wait_head()
-        transport = conn._transport
+        transport = conn.transport
         assert transport is not None
         transport.write(encode_chunk(chunk) if self._chunked else chunk)
-        if conn._write_paused:
-            await conn._wait_writable()
+        if conn.write_paused:
+            await conn.wait_writable()
 
     def end(self) -> None:
         if self._state == DONE:
@@ -128,11 +148,11 @@ class H1Responder(Responder):
             raise RuntimeError("end() needs start() first")
         self._state = DONE
         conn = self._conn
-        if conn._lost or self._disc:
+        if conn.lost or self._disc:
             return
         if self._chunked:
-            conn._emit(self, LAST_CHUNK)
-        conn._answer_done(self)
+            conn.emit(self, LAST_CHUNK)
+        conn.answer_done(self)
 
     def abort(self) -> None:
         if self._state == DONE:
@@ -140,8 +160,8 @@ class H1Responder(Responder):
         self._state = DONE
         self._close = True
         conn = self._conn
-        if not conn._lost and not self._disc:
-            conn._answer_done(self)
+        if not conn.lost and not self._disc:
+            conn.answer_done(self)
 
     @property
     def started(self) -> bool:
@@ -152,7 +172,7 @@ class H1Responder(Responder):
         return self._state == DONE
 
     async def _wait_head(self) -> None:
-        fut = self._head_waiter = self._conn._loop.create_future()
+        fut = self._head_waiter = self._conn.loop.create_future()
         await fut
         if self._disc:
             raise ClientDisconnected

@@ -67,18 +67,18 @@ class Http2Connection(Http2Output):
     def __init__(self, ctx: ServerContext) -> None:
         super().__init__()
         self._ctx = ctx
-        self._loop = ctx.loop
-        self._limits = ctx.limits
+        self.loop = ctx.loop
+        self.limits = ctx.limits
         self._max_body = ctx.limits.max_body_bytes
-        self._h2 = LenientH2Connection(config=_CONFIG)
-        self._transport: asyncio.Transport | None = None
+        self.h2 = LenientH2Connection(config=_CONFIG)
+        self.transport: asyncio.Transport | None = None
         self._streams: dict[int, H2Responder] = {}
         self._blocked: dict[int, H2Responder] = {}  # answers waiting for window
         self._flush_scheduled = False
         self._deadline = 0.0
         self._last_stream_id = 0
         self._goaway_sent = False
-        self._lost = False
+        self.lost = False
         self._answered = 0
         self._peer_goaway = False
         self._stuck_size = 0
@@ -88,11 +88,11 @@ class Http2Connection(Http2Output):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses; they have the same API.
-        self._transport = cast(asyncio.Transport, transport)
+        self.transport = cast(asyncio.Transport, transport)
         set_nodelay(transport)
         self._ctx.connections.add(self)
-        limits = self._limits
-        h2 = self._h2
+        limits = self.limits
+        h2 = self.h2
         # Our settings take effect at once (streams are created with these windows); the peer
         # applies them when it reads our SETTINGS.
         h2.local_settings = Settings(
@@ -111,13 +111,13 @@ class Http2Connection(Http2Output):
         if limits.h2_connection_window_bytes > 65535:
             h2.increment_flow_control_window(limits.h2_connection_window_bytes - 65535)
         self._flush()
-        self._deadline = self._loop.time() + limits.idle_timeout_s
+        self._deadline = self.loop.time() + limits.idle_timeout_s
         if self._ctx.draining:  # handed over from HTTP/1.1 detection while the server drains
             self.shutdown()
 
     def data_received(self, data: bytes) -> None:
         try:
-            events = self._h2.receive_data(data)
+            events = self.h2.receive_data(data)
         except ProtocolError:
             # h2 has queued a GOAWAY with the error code (RFC 9113 §5.4.1).
             self._flush()
@@ -148,7 +148,7 @@ class Http2Connection(Http2Output):
         self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True
+        self.lost = True
         self._ctx.remove(self)
         streams, self._streams = self._streams, {}
         self._blocked = {}
@@ -167,7 +167,7 @@ class Http2Connection(Http2Output):
         depends on it); the connection closes when the last stream ends.
         """
         if error_code == ErrorCodes.NO_ERROR and self._streams:
-            self._h2.state_machine.state = ConnectionState.SERVER_OPEN
+            self.h2.state_machine.state = ConnectionState.SERVER_OPEN
             self._peer_goaway = True
             return False
         self._flush()
@@ -177,7 +177,7 @@ class Http2Connection(Http2Output):
     def _on_request(self, ev: RequestReceived) -> None:
         sid: int = ev.stream_id
         if self._peer_goaway or (self._goaway_sent and sid > self._last_stream_id):
-            self._h2.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
+            self.h2.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
             return
         self._last_stream_id = max(self._last_stream_id, sid)
         self._deadline = 0.0
@@ -189,7 +189,7 @@ class Http2Connection(Http2Output):
             return
         resp = H2Responder(self, sid, method, path, headers)
         self._streams[sid] = resp
-        resp._deadline = self._loop.time() + self._limits.read_timeout_s
+        resp._deadline = self.loop.time() + self.limits.read_timeout_s
         if length >= 0:
             resp._length = length
             if length > self._max_body:
@@ -198,7 +198,7 @@ class Http2Connection(Http2Output):
     def _on_data(self, ev: DataReceived) -> None:
         sid: int = ev.stream_id
         # The data is taken into a bounded buffer (or dropped): credit it back at once.
-        self._h2.acknowledge_received_data(ev.flow_controlled_length, sid)
+        self.h2.acknowledge_received_data(ev.flow_controlled_length, sid)
         resp = self._streams.get(sid)
         if resp is None or resp._state or resp._body is None:
             return
@@ -224,7 +224,7 @@ class Http2Connection(Http2Output):
         resp._deadline = 0.0
         body = b"" if not parts else parts[0] if len(parts) == 1 else b"".join(parts)
         request = Request(resp._method, resp._path, resp._headers, body, True)
-        resp._task = dispatch(self._loop, self._ctx.handler, request, resp)
+        resp._task = dispatch(self.loop, self._ctx.handler, request, resp)
 
     def _on_trailers(self, ev: TrailersReceived) -> None:
         resp = self._streams.get(ev.stream_id)
@@ -239,7 +239,7 @@ class Http2Connection(Http2Output):
         resp = self._streams.get(sid)
         if resp is None:
             with contextlib.suppress(H2Error):
-                self._h2.reset_stream(sid, ErrorCodes.PROTOCOL_ERROR)
+                self.h2.reset_stream(sid, ErrorCodes.PROTOCOL_ERROR)
         elif resp._body is not None:  # else already refused: its reset follows the answer
             self._malformed(resp, MalformedRequest("header block without END_STREAM after the request's"))
 
@@ -254,12 +254,12 @@ class Http2Connection(Http2Output):
             self._client_resets += 1
             if self._client_resets >= _RESET_ALLOWANCE and self._client_resets > self._answered:
                 with contextlib.suppress(H2Error):
-                    self._h2.close_connection(
+                    self.h2.close_connection(
                         ErrorCodes.ENHANCE_YOUR_CALM, last_stream_id=self._last_stream_id
                     )
                 self._close_transport()
                 return True
-        self._on_reset(sid)
+        self.on_reset(sid)
         return False
 
     # -- refusals -------------------------------------------------------------------------------
@@ -289,12 +289,12 @@ class Http2Connection(Http2Output):
     # -- Connection (server side) --------------------------------------------------------------
 
     def check_timeouts(self, now: float) -> None:
-        if self._transport is None or self._lost:
+        if self.transport is None or self.lost:
             return
         if self._deadline and now >= self._deadline and not self._streams:
-            self._stuck_size = still_draining(self._transport, self._stuck_size)
+            self._stuck_size = still_draining(self.transport, self._stuck_size)
             if self._stuck_size:
-                self._deadline = now + self._limits.write_timeout_s
+                self._deadline = now + self.limits.write_timeout_s
             else:
                 self._goaway_and_close()
             return
@@ -305,24 +305,24 @@ class Http2Connection(Http2Output):
 
     def shutdown(self) -> None:
         """Graceful GOAWAY (RFC 9113 §6.8): streams up to the last seen one still finish."""
-        if self._transport is None or self._lost or self._goaway_sent:
+        if self.transport is None or self.lost or self._goaway_sent:
             return
         self._goaway_sent = True
         self._flush()
         frame = GoAwayFrame(0)
         frame.last_stream_id = self._last_stream_id
         frame.error_code = 0
-        self._transport.write(frame.serialize())
+        self.transport.write(frame.serialize())
         if not self._streams:
             self._goaway_and_close()
 
     def _goaway_and_close(self) -> None:
         with contextlib.suppress(H2Error):
-            self._h2.close_connection(last_stream_id=self._last_stream_id)
+            self.h2.close_connection(last_stream_id=self._last_stream_id)
         self._flush()
-        if self._transport is not None and not self._transport.is_closing():
-            close_idle(self._transport)
+        if self.transport is not None and not self.transport.is_closing():
+            close_idle(self.transport)
 
     def kill(self) -> None:
-        if self._transport is not None:
-            self._transport.abort()
+        if self.transport is not None:
+            self.transport.abort()

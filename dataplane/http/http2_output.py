@@ -28,8 +28,8 @@ class Http2Output(WriteBackpressure):
 
     # Set by ``Http2Connection.__init__`` (as ``WriteBackpressure`` declares what it uses).
     _ctx: ServerContext
-    _h2: LenientH2Connection
-    _transport: asyncio.Transport | None
+    h2: LenientH2Connection
+    transport: asyncio.Transport | None
     _streams: dict[int, H2Responder]
     _blocked: dict[int, H2Responder]  # answers waiting for window
     _flush_scheduled: bool
@@ -38,7 +38,7 @@ class Http2Output(WriteBackpressure):
     _peer_goaway: bool
     _answered: int
 
-    def _on_reset(self, sid: int) -> None:
+    def on_reset(self, sid: int) -> None:
         self._blocked.pop(sid, None)
         resp = self._streams.pop(sid, None)
         if resp is not None:
@@ -54,14 +54,14 @@ class Http2Output(WriteBackpressure):
             if blocked is not None:
                 self._send_pending(blocked)
 
-    def _send_body(self, resp: H2Responder, data: bytes, end: bool) -> None:
+    def send_body(self, resp: H2Responder, data: bytes, end: bool) -> None:
         """Send what the windows allow; queue the rest on the stream."""
         pending = resp._pending
         if pending is not None:
             pending += data
             resp._end_pending = end
             return
-        h2 = self._h2
+        h2 = self.h2
         sid = resp._sid
         total = len(data)
         offset = 0
@@ -81,13 +81,13 @@ class Http2Output(WriteBackpressure):
         elif end:
             if not total:
                 h2.end_stream(sid)
-            self._stream_done(resp)
+            self.stream_done(resp)
 
     def _send_pending(self, resp: H2Responder) -> None:
         pending = resp._pending
         if pending is None:
             return
-        h2 = self._h2
+        h2 = self.h2
         sid = resp._sid
         max_frame = h2.max_outbound_frame_size
         try:
@@ -100,27 +100,27 @@ class Http2Output(WriteBackpressure):
                 del pending[:n]  # O(1) at the front of a bytearray
                 h2.send_data(sid, chunk, end_stream=resp._end_pending and not pending)
         except H2Error:
-            self._on_reset(sid)
+            self.on_reset(sid)
             return
         if not pending:
             resp._pending = None
             del self._blocked[sid]
             if resp._end_pending:
-                self._stream_done(resp)
+                self.stream_done(resp)
         else:
             # Round-robin: a stream that still waits goes behind the others.
             del self._blocked[sid]
             self._blocked[sid] = resp
         if resp._flow_waiter is not None and (
-            resp._pending is None or len(resp._pending) <= self._limits.h2_stream_buffer_bytes
+            resp._pending is None or len(resp._pending) <= self.limits.h2_stream_buffer_bytes
         ):
             resp._wake_flow()
-        self._schedule_flush()
+        self.schedule_flush()
 
-    def _stream_done(self, resp: H2Responder) -> None:
+    def stream_done(self, resp: H2Responder) -> None:
         if resp._rst_code is not None:
             with contextlib.suppress(H2Error):
-                self._h2.reset_stream(resp._sid, resp._rst_code)
+                self.h2.reset_stream(resp._sid, resp._rst_code)
         if self._streams.pop(resp._sid, None) is not None:
             self._answered += 1
             self._maybe_idle()
@@ -129,25 +129,25 @@ class Http2Output(WriteBackpressure):
         if self._streams:
             return
         if self._goaway_sent or self._peer_goaway or self._ctx.draining:
-            self._schedule_flush()
-            self._loop.call_soon(self._close_transport)
+            self.schedule_flush()
+            self.loop.call_soon(self._close_transport)
         else:
-            self._deadline = self._loop.time() + self._limits.idle_timeout_s
+            self._deadline = self.loop.time() + self.limits.idle_timeout_s
 
-    def _schedule_flush(self) -> None:
+    def schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+            self.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        data = self._h2.data_to_send()
-        transport = self._transport
+        data = self.h2.data_to_send()
+        transport = self.transport
         # Handlers may still answer after the connection started closing: drop their bytes.
-        if data and not self._lost and transport is not None and not transport.is_closing():
+        if data and not self.lost and transport is not None and not transport.is_closing():
             transport.write(data)
 
     def _close_transport(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
+        if self.transport is not None and not self.transport.is_closing():
             self._flush()
-            self._transport.close()
+            self.transport.close()

@@ -6,18 +6,47 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from h2.errors import ErrorCodes
 from h2.exceptions import H2Error
 
+from dataplane.http.h2_fields import LenientH2Connection
+from dataplane.http.limits import ServerLimits
 from dataplane.http.request import ClientDisconnected, Responder
 from dataplane.http.wire import Headers, body_allowed, h2_response_headers
 
-if TYPE_CHECKING:
-    from dataplane.http.http2 import Http2Connection
-
 NEW, STREAMING, DONE = 0, 1, 2
+
+
+class StreamHost(Protocol):
+    """What a stream's answer needs from its connection (``http2.Http2Connection``, whose
+    sending half is ``http2_output.Http2Output``): the h2 state machine, sending within the
+    flow-control windows, and the write backpressure of the socket."""
+
+    lost: bool
+    write_paused: bool
+    loop: asyncio.AbstractEventLoop
+    limits: ServerLimits
+    h2: LenientH2Connection
+
+    def send_body(self, resp: H2Responder, data: bytes, end: bool) -> None:
+        """DATA for ``resp`` within the windows; the rest waits for WINDOW_UPDATE."""
+        ...
+
+    def stream_done(self, resp: H2Responder) -> None:
+        """``resp`` is complete (its END_STREAM is out or queued)."""
+        ...
+
+    def on_reset(self, sid: int) -> None:
+        """Stream ``sid`` is gone (reset by either side)."""
+        ...
+
+    def schedule_flush(self) -> None:
+        """Send what the h2 state machine has queued, once per loop iteration."""
+        ...
+
+    async def wait_writable(self) -> None: ...
 
 
 class H2Responder(Responder):
@@ -42,7 +71,7 @@ class H2Responder(Responder):
         "_task",
     )
 
-    def __init__(self, conn: Http2Connection, sid: int, method: bytes, path: bytes, headers: Headers) -> None:
+    def __init__(self, conn: StreamHost, sid: int, method: bytes, path: bytes, headers: Headers) -> None:
         # Base-class state, set inline (no super() call on the per-request path).
         self._disc = False
         self._disc_waiter = None
@@ -68,30 +97,30 @@ class H2Responder(Responder):
         if self._state:
             raise RuntimeError("the answer has already started")
         conn = self._conn
-        if self._disc or conn._lost:
+        if self._disc or conn.lost:
             self._state = DONE
             return
         allowed = body_allowed(status)
         # Built before committing: a bad header raises with the answer still unsent.
         fields = h2_response_headers(status, headers, len(body) if allowed else None)
         self._state = DONE
-        h2 = conn._h2
+        h2 = conn.h2
         try:
             if not allowed or self._head or not body:
                 h2.send_headers(self._sid, fields, end_stream=True)
-                conn._stream_done(self)
+                conn.stream_done(self)
             else:
                 h2.send_headers(self._sid, fields)
-                conn._send_body(self, body, True)
+                conn.send_body(self, body, True)
         except H2Error:
-            conn._on_reset(self._sid)
-        conn._schedule_flush()
+            conn.on_reset(self._sid)
+        conn.schedule_flush()
 
     def start(self, status: int, headers: Headers) -> None:
         if self._state:
             raise RuntimeError("the answer has already started")
         conn = self._conn
-        if self._disc or conn._lost:
+        if self._disc or conn.lost:
             self._state = STREAMING
             return
         fields = h2_response_headers(status, headers, None)
@@ -99,10 +128,10 @@ class H2Responder(Responder):
         if not body_allowed(status):
             self._head = True  # nothing may follow the headers; end() closes the stream
         try:
-            conn._h2.send_headers(self._sid, fields)
+            conn.h2.send_headers(self._sid, fields)
         except H2Error:
-            conn._on_reset(self._sid)
-        conn._schedule_flush()
+            conn.on_reset(self._sid)
+        conn.schedule_flush()
 
     async def write(self, chunk: bytes) -> None:
         if self._state != STREAMING:
@@ -113,16 +142,16 @@ class H2Responder(Responder):
             return
         conn = self._conn
         try:
-            conn._send_body(self, chunk, False)
+            conn.send_body(self, chunk, False)
         except H2Error:
-            conn._on_reset(self._sid)
+            conn.on_reset(self._sid)
             raise ClientDisconnected from None
-        conn._schedule_flush()
+        conn.schedule_flush()
         pending = self._pending
-        if pending is not None and len(pending) > conn._limits.h2_stream_buffer_bytes:
-            fut = self._flow_waiter = conn._loop.create_future()
+        if pending is not None and len(pending) > conn.limits.h2_stream_buffer_bytes:
+            fut = self._flow_waiter = conn.loop.create_future()
             try:
-                await asyncio.wait_for(fut, conn._limits.write_timeout_s)
+                await asyncio.wait_for(fut, conn.limits.write_timeout_s)
             except TimeoutError:
                 # The client gave this stream no credit for too long: reset it (RFC 9113 §5.2.2
                 # leaves it to the server to bound a stalled stream).
@@ -132,8 +161,8 @@ class H2Responder(Responder):
                 self._flow_waiter = None
             if self._disc:
                 raise ClientDisconnected
-        if conn._write_paused:
-            await conn._wait_writable()
+        if conn.write_paused:
+            await conn.wait_writable()
 
     def end(self) -> None:
         if self._state == DONE:
@@ -142,30 +171,30 @@ class H2Responder(Responder):
             raise RuntimeError("end() needs start() first")
         self._state = DONE
         conn = self._conn
-        if self._disc or conn._lost:
+        if self._disc or conn.lost:
             return
         if self._pending is not None:
             self._end_pending = True
             return
         try:
-            conn._h2.end_stream(self._sid)
+            conn.h2.end_stream(self._sid)
         except H2Error:
-            conn._on_reset(self._sid)
+            conn.on_reset(self._sid)
             return
-        conn._stream_done(self)
-        conn._schedule_flush()
+        conn.stream_done(self)
+        conn.schedule_flush()
 
     def abort(self) -> None:
         if self._state == DONE and self._pending is None:
             return
         self._state = DONE
         conn = self._conn
-        if self._disc or conn._lost:
+        if self._disc or conn.lost:
             return
         with contextlib.suppress(H2Error):
-            conn._h2.reset_stream(self._sid, ErrorCodes.INTERNAL_ERROR)
-        conn._on_reset(self._sid)
-        conn._schedule_flush()
+            conn.h2.reset_stream(self._sid, ErrorCodes.INTERNAL_ERROR)
+        conn.on_reset(self._sid)
+        conn.schedule_flush()
 
     @property
     def started(self) -> bool:

@@ -484,7 +484,7 @@ async def test_accepted_sockets_have_tcp_nodelay() -> None:
         conns = list(server._ctx.connections)  # the server's live connections (white-box: no public view)
         assert len(conns) == 2
         for conn in conns:
-            sock = conn._transport.get_extra_info("socket")  # type: ignore[attr-defined]
+            sock = conn.transport.get_extra_info("socket")  # type: ignore[attr-defined]
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
         await client.close()
         wr.close()
