@@ -11,7 +11,7 @@ A watcher remembers the version it last sent and, when woken, asks for everythin
 the workers whose message version is newer, and the URLs removed since. A slow watcher
 therefore skips intermediate states (newest wins); what it holds is bounded by the number
 of workers, never a queue; nothing here waits on a stream or holds a lock while one is
-written (the Broadcast slot pattern of ``controlplane.server.broadcast``).
+written (the Broadcast slot pattern of ``controlplane.broadcast``).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from controlplane.broadcast import Broadcast, Subscription
 from controlplane.load import metrics
 from controlplane.load.encoding import WorkerLoadEncoder
 from controlplane.load.table import LoadTable
-from controlplane.server.broadcast import Broadcast, Subscription
 
 # Removed URLs remembered for lagging watchers; one lagging further gets a full view.
 MAX_REMEMBERED_REMOVALS = 10_000

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from controlplane.server.broadcast import Broadcast
+from controlplane.broadcast import Broadcast
 from controlplane.server.convert import snapshot_to_watch_response
 from controlplane.server.metrics import CONTRACT_REVISION
 from controlplane.store import Snapshot, Store

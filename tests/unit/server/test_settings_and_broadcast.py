@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.server.broadcast import Broadcast
+from controlplane.broadcast import Broadcast
 from controlplane.settings import Address, ControlSettings, SettingsError, parse_address, parse_store
 
 

@@ -5,6 +5,9 @@ its slot, reads the newest value from wherever it lives and writes it; notificat
 while it is writing collapse into one. So a slow watcher skips to the newest value, memory per
 watcher is constant (never a queue), and ``notify`` never waits on any stream nor holds a lock
 while one is written.
+
+A leaf below ``server/`` and ``load/``: WatchContracts (``server.contract_views``) and WatchLoads
+(``load.hub``) both fan out through it.
 """
 
 from __future__ import annotations
