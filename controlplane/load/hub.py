@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from controlplane import metrics
 from controlplane.broadcast import Broadcast, Subscription
-from controlplane.load import metrics
 from controlplane.load.encoding import WorkerLoadEncoder
 from controlplane.load.table import LoadTable
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import structlog
 import zmq
 
-from controlplane.load import metrics
+from controlplane import metrics
 from controlplane.load.batches import BATCH_BUDGET, BatchReader
 from controlplane.load.dialer import (
     TCP_KEEPALIVE_CNT,

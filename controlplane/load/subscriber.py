@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from controlplane.load import metrics
+from controlplane import metrics
 from controlplane.load.batches import BATCH_BUDGET, BatchReader
 from controlplane.load.dialer import Endpoint, describe, dial, parse_endpoint
 from controlplane.load.table import FrameOutcome, LoadTable, RankState

@@ -15,11 +15,11 @@ from grpc import aio
 
 from controlplane.contracts import ContractError, contract_from_proto
 from controlplane.errors import InvalidArgument, Unavailable
+from controlplane.metrics import CONTRACT_CHANGES, WATCHERS
 from controlplane.server.auth import current_principal
 from controlplane.server.component import AppContext, Component, ServiceBinding
 from controlplane.server.contract_views import ContractViews
 from controlplane.server.convert import version_to_proto
-from controlplane.server.metrics import CONTRACT_CHANGES, WATCHERS
 from controlplane.server.status_page import render_contracts
 from controlplane.store import ContractVersion, Store, check_page_size, check_scope
 from controlplane.v1 import contract_pb2, contract_pb2_grpc

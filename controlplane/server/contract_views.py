@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import structlog
 
 from controlplane.broadcast import Broadcast
+from controlplane.metrics import CONTRACT_REVISION
 from controlplane.server.convert import snapshot_to_watch_response
-from controlplane.server.metrics import CONTRACT_REVISION
 from controlplane.store import Snapshot, Store
 from controlplane.v1 import contract_pb2
 

@@ -21,11 +21,11 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from controlplane.contracts import FIELD_BY_NAME
 from controlplane.errors import InvalidArgument
+from controlplane.metrics import WATCHERS
 from controlplane.routers.page import render_rejections, render_routers
 from controlplane.routers.rejections import RejectionLedger, RejectionTotals
 from controlplane.routers.rollout import RolloutBoard, RouterRecord, RouterView
 from controlplane.server.component import AppContext, Component, ServiceBinding
-from controlplane.server.metrics import WATCHERS
 from controlplane.store.etcd_routers import EtcdRouterStatsStore
 from controlplane.store.routers import (
     RouterStatsStore,

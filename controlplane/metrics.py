@@ -1,26 +1,32 @@
-"""Control-plane load metrics (SPEC §8): frames by outcome, dropped frames, open subscriptions.
+"""Every control-plane metric (SPEC §8), registered once per process in the default registry.
+
+A leaf below ``server/`` and ``load/``: the servicers count watchers and contract changes, the
+watch hub its streams, the ingest frames and subscriptions, each bumping the ones defined here.
+Module-level and registered once, so several control planes in one process (tests) add to the
+same totals.
 
 Frame totals are plain integers bumped on the ingest's hot path and exposed through a
 collector at scrape time: a prometheus ``Counter.inc`` per frame (a lock and a few calls)
-cost more than the rest of the per-frame accounting. Module-level and registered once in
-the default registry, so several control planes in one process (tests) add to the same
-totals. WatchLoads streams are counted in ``fleetplane_control_watchers{stream="loads"}``
-(``controlplane.server.metrics``), next to the contract watchers.
+cost more than the rest of the per-frame accounting.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import REGISTRY, Gauge
+from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from controlplane.server.metrics import WATCHERS
+WATCHERS = Gauge("fleetplane_control_watchers", "Open watch streams, by stream", ["stream"])
+CONTRACT_REVISION = Gauge("fleetplane_control_contract_revision", "Store revision of the live contract set")
+CONTRACT_CHANGES = Counter(
+    "fleetplane_control_contract_changes_total", "Contract versions written, by change kind", ["change"]
+)
 
 
 class FrameTotals:
-    """Frames received since the process started, by outcome."""
+    """Load frames received since the process started, by outcome."""
 
     __slots__ = ("dropped", "gap", "malformed", "ok", "restart")
 
@@ -51,4 +57,5 @@ class _FrameCollector(Collector):
 REGISTRY.register(_FrameCollector())
 
 LOAD_SUBSCRIPTIONS = Gauge("fleetplane_load_subscriptions", "ZMQ SUB sockets open (one per worker dp rank).")
+# WatchLoads streams, counted next to the contract and report watchers.
 LOAD_WATCHERS = WATCHERS.labels("loads")
