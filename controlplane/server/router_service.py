@@ -1,6 +1,6 @@
 """``RouterService`` (SPEC §6): router status reports in, the rollout view and rejection totals out.
 
-State lives in two pure structures (``controlplane.routers``): the rollout board and the rejection
+State lives in two pure structures (``controlplane.reports``): the rollout board and the rejection
 ledger. Reports update them at once (``ListRouters``/``GetRejectionStats`` see a report as soon
 as it arrives); a background flusher writes what changed to the ``RouterStatsStore`` at most
 once per ``flush_interval_s`` and soon after a report stream ends, so a chatty router costs
@@ -22,9 +22,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from controlplane.contracts import FIELD_BY_NAME
 from controlplane.errors import InvalidArgument
 from controlplane.metrics import WATCHERS
-from controlplane.routers.page import render_rejections, render_routers
-from controlplane.routers.rejections import RejectionLedger, RejectionTotals
-from controlplane.routers.rollout import RolloutBoard, RouterRecord, RouterView
+from controlplane.reports.page import render_rejections, render_routers
+from controlplane.reports.rejections import RejectionLedger, RejectionTotals
+from controlplane.reports.rollout import RolloutBoard, RouterRecord, RouterView
 from controlplane.server.component import AppContext, Component, ServiceBinding
 from controlplane.store.etcd_routers import EtcdRouterStatsStore
 from controlplane.store.routers import (

@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator, Sequence
 from urllib.parse import quote, unquote
 
 from controlplane.errors import ControlPlaneError
-from controlplane.routers.rejections import RejectionRow
-from controlplane.routers.rollout import RouterRecord
+from controlplane.reports.rejections import RejectionRow
+from controlplane.reports.rollout import RouterRecord
 from controlplane.store.etcd_client import (
     MAX_TXN_OPS,
     EtcdClient,

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from controlplane.errors import Unavailable
-from controlplane.routers.rejections import RejectionRow
-from controlplane.routers.rollout import RouterRecord
+from controlplane.reports.rejections import RejectionRow
+from controlplane.reports.rollout import RouterRecord
 from controlplane.store.database import SqliteDatabase
 
 _SCHEMA = (

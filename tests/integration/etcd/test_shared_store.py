@@ -184,7 +184,7 @@ async def test_rejection_counts_reported_to_one_plane_survive_for_the_next(contr
 @pytest.mark.parametrize("rounds", [5])
 async def test_concurrent_count_writers_keep_the_highest_count(store_url: str, rounds: int):
     """Two planes saving counts of one router boot at once: the stored count is the maximum, never lower."""
-    from controlplane.routers.rejections import RejectionRow
+    from controlplane.reports.rejections import RejectionRow
 
     stores = [EtcdStore(parse_store(store_url)) for _ in range(2)]  # type: ignore[arg-type]
     for store in stores:

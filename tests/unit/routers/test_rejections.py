@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controlplane.routers.rejections import RejectionLedger, RejectionRow
+from controlplane.reports.rejections import RejectionLedger, RejectionRow
 
 
 def test_repeated_cumulative_report_is_not_double_counted() -> None:

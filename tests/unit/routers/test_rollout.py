@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controlplane.routers.rollout import RolloutBoard, RouterRecord
+from controlplane.reports.rollout import RolloutBoard, RouterRecord
 
 
 def _record(router_id: str = "r1", applied: int = 3, error: str = "", boot: str = "b1") -> RouterRecord:

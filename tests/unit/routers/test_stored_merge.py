@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controlplane.routers.rejections import RejectionLedger, RejectionRow
-from controlplane.routers.rollout import RolloutBoard, RouterRecord
+from controlplane.reports.rejections import RejectionLedger, RejectionRow
+from controlplane.reports.rollout import RolloutBoard, RouterRecord
 
 rows = st.lists(
     st.builds(

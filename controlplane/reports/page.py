@@ -8,8 +8,8 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from controlplane.routers.rejections import RejectionTotals
-from controlplane.routers.rollout import RouterView
+from controlplane.reports.rejections import RejectionTotals
+from controlplane.reports.rollout import RouterView
 
 
 def _age(now_unix_s: float, then_unix_s: float) -> str:

@@ -1,1 +1,0 @@
-"""Router status and rejection statistics (SPEC §6 RouterService): pure aggregation and views."""
