@@ -52,10 +52,9 @@ import zmq  # noqa: E402
 import zmq.asyncio  # noqa: E402
 
 from bench.loadgen import cpu_seconds  # noqa: E402
-from controlplane.load.registration import Protocol, WorkerRecord  # noqa: E402
 from controlplane.load.wire import LoadStat, decode_frame, encode_frame  # noqa: E402
 from controlplane.store.database import SqliteDatabase  # noqa: E402
-from controlplane.store.workers import SqliteWorkerRegistry  # noqa: E402
+from controlplane.store.workers import Protocol, SqliteWorkerRegistry, WorkerRecord  # noqa: E402
 from controlplane.v1 import load_pb2, load_pb2_grpc  # noqa: E402
 
 SLOTS = 10  # each process spreads its sockets over 10 sub-slots of the period

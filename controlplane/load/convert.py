@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from controlplane.load.registration import Protocol, WorkerRecord
 from controlplane.load.table import Freshness, WorkerView
+from controlplane.store.workers import Protocol, WorkerRecord
 from controlplane.v1 import load_pb2
 
 PROTOCOLS = {

@@ -21,17 +21,16 @@ from typing import Any
 
 from controlplane.load.httpget import HttpGetError, ProtocolMismatch, get_h1, get_h2c
 from controlplane.load.registration import (
-    LOAD_TOPIC,
     MAX_LOAD_ENDPOINTS,
     MAX_MODEL_NAME,
     MAX_MODELS,
     WILDCARD_HOSTS,
-    Protocol,
     WorkerAddress,
     advertised_host,
     is_model_name,
     tcp_endpoint,
 )
+from controlplane.store.workers import LOAD_TOPIC, Protocol
 
 ATTEMPTS = 3
 ATTEMPT_TIMEOUT_S = 2.0

@@ -25,10 +25,7 @@ from controlplane.load.dialer import SubscribeError
 from controlplane.load.discovery import Discoverer
 from controlplane.load.hub import LoadHub
 from controlplane.load.registration import (
-    LOAD_TOPIC,
-    Protocol,
     WorkerAddress,
-    WorkerRecord,
     parse_load_endpoints,
     parse_models,
     parse_protocol,
@@ -36,7 +33,7 @@ from controlplane.load.registration import (
 )
 from controlplane.load.subscriber import LoadSubscriber
 from controlplane.load.table import LoadTable, WorkerView
-from controlplane.store.workers import WorkerRegistry
+from controlplane.store.workers import LOAD_TOPIC, Protocol, WorkerRecord, WorkerRegistry
 
 log = structlog.get_logger(__name__)
 

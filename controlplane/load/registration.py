@@ -1,4 +1,4 @@
-"""Worker registration (pure): URL and endpoint validation, the stored record (SPEC §6).
+"""Worker registration (pure): URL, endpoint, model and protocol validation (SPEC §6).
 
 Validation failures raise ``InvalidArgument`` naming the field, which the server maps to
 ``INVALID_ARGUMENT``. Worker URLs are ``http://HOST[:PORT]`` or ``h2c://HOST[:PORT]``
@@ -8,30 +8,21 @@ Validation failures raise ``InvalidArgument`` naming the field, which the server
 
 from __future__ import annotations
 
-import enum
 import ipaddress
 from dataclasses import dataclass
 from typing import TypeGuard
 from urllib.parse import SplitResult, urlsplit
 
 from controlplane.errors import InvalidArgument
+from controlplane.store.workers import Protocol
 
 WILDCARD_HOSTS = frozenset({"*", "0.0.0.0", "::", "[::]"})
 WORKER_SCHEMES = ("http", "h2c")
 DEFAULT_PORT = 80  # of both schemes: h2c:// is cleartext HTTP/2 on http's port
-LOAD_TOPIC = "load"
 MAX_LOAD_ENDPOINTS = 1024
 MAX_MODELS = 256
 MAX_MODEL_NAME = 256
 MAX_HOST_NAME = 253
-
-
-class Protocol(enum.IntEnum):
-    """Numbered as the protobuf ``WorkerProtocol`` enum."""
-
-    AUTO = 1
-    HTTP1 = 2
-    H2C = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,25 +42,6 @@ class WorkerAddress:
     @property
     def connect_port(self) -> int:
         return DEFAULT_PORT if self.port is None else self.port
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerRecord:
-    """A registered worker as stored (the registry's row and ``Worker`` message)."""
-
-    url: str
-    protocol: Protocol
-    resolved_protocol: Protocol
-    models: tuple[str, ...] = ()
-    load_endpoints: tuple[str, ...] = ()
-    load_topic: str = LOAD_TOPIC
-    discovered: bool = False
-    register_time_unix_s: float = 0.0
-    discovery_error: str = ""
-
-    @property
-    def dp_size(self) -> int:
-        return len(self.load_endpoints)
 
 
 def parse_worker_url(raw: str, field_name: str = "url") -> WorkerAddress:

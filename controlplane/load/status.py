@@ -8,8 +8,8 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from controlplane.load.registration import WorkerRecord
 from controlplane.load.table import Freshness, WorkerView
+from controlplane.store.workers import WorkerRecord
 
 _COLOURS = {Freshness.FRESH: "#2a7", Freshness.STALE: "#c60", Freshness.UNKNOWN: "#888"}
 _BAR_PX = 160

@@ -12,8 +12,8 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from urllib.parse import quote
 
-from controlplane.load.registration import Protocol, WorkerRecord
 from controlplane.store.etcd_client import MAX_TXN_OPS, EtcdClient, delete, prefix_end, put
+from controlplane.store.workers import Protocol, WorkerRecord
 
 
 def encode_worker(record: WorkerRecord) -> bytes:

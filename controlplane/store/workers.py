@@ -1,6 +1,9 @@
-"""The durable worker registry (SPEC §6: RegisterWorker survives restarts).
+"""The durable worker registry (SPEC §6: RegisterWorker survives restarts): the stored record,
+the ``WorkerRegistry`` protocol and its memory and SQLite backends (etcd: ``etcd_workers.py``).
 
-One table, ``workers``, in the control plane's SQLite file, owned by this module and written
+The record is defined here, with the store, as the contracts' ``ContractVersion`` is in
+``model.py``: the backends persist it and everything above (``workers/``, ``load/``, ``server/``)
+reads it. One table, ``workers``, in the control plane's SQLite file, owned by this module and written
 through the contract store's ``SqliteDatabase`` (its one thread and connection: WAL +
 ``synchronous=FULL``, so ``put``/``delete`` return only once the change is on disk, SPEC §6
 "Durability"). ``MemoryWorkerRegistry`` keeps nothing across restarts (tests, and a store
@@ -9,15 +12,47 @@ without a SQLite file).
 
 from __future__ import annotations
 
+import enum
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol as TypingProtocol
 from typing import TypeVar
 
 from controlplane.errors import Unavailable
-from controlplane.load.registration import Protocol, WorkerRecord
 from controlplane.store.database import SqliteDatabase
+
+# The topic of a worker registered with explicit load endpoints (SPEC §7: kv_events.load_topic).
+LOAD_TOPIC = "load"
+
+
+class Protocol(enum.IntEnum):
+    """Numbered as the protobuf ``WorkerProtocol`` enum."""
+
+    AUTO = 1
+    HTTP1 = 2
+    H2C = 3
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """A registered worker as stored (the registry's row and ``Worker`` message)."""
+
+    url: str
+    protocol: Protocol
+    resolved_protocol: Protocol
+    models: tuple[str, ...] = ()
+    load_endpoints: tuple[str, ...] = ()
+    load_topic: str = LOAD_TOPIC
+    discovered: bool = False
+    register_time_unix_s: float = 0.0
+    discovery_error: str = ""
+
+    @property
+    def dp_size(self) -> int:
+        return len(self.load_endpoints)
+
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS workers (
     url TEXT PRIMARY KEY,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.load.discovery import Discoverer
-from controlplane.load.registration import Protocol, parse_worker_url
+from controlplane.load.registration import parse_worker_url
+from controlplane.store.workers import Protocol
 from tests.fakes.load_peers import JsonServer
 
 MODELS = {"object": "list", "data": [{"id": "sim-model", "object": "model"}]}

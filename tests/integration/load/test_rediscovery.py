@@ -6,8 +6,8 @@ import asyncio
 
 from controlplane.load.discovery import Discoverer, fetch
 from controlplane.load.plane import LoadPlane
-from controlplane.load.registration import Protocol, WorkerAddress
-from controlplane.store.workers import MemoryWorkerRegistry
+from controlplane.load.registration import WorkerAddress
+from controlplane.store.workers import MemoryWorkerRegistry, Protocol
 from tests.fakes.load_peers import JsonServer, until
 
 INFO = {

@@ -6,12 +6,8 @@ import pytest
 
 from controlplane.errors import InvalidArgument
 from controlplane.load.discovery import DiscoveryError, parse_models, parse_server_info
-from controlplane.load.registration import (
-    Protocol,
-    parse_load_endpoints,
-    parse_protocol,
-    parse_worker_url,
-)
+from controlplane.load.registration import parse_load_endpoints, parse_protocol, parse_worker_url
+from controlplane.store.workers import Protocol
 
 WORKER = parse_worker_url("http://10.0.0.5:9001")
 
