@@ -22,18 +22,18 @@ import structlog
 
 from controlplane.errors import NotFound
 from controlplane.load.dialer import SubscribeError
-from controlplane.load.discovery import Discoverer
 from controlplane.load.hub import LoadHub
-from controlplane.load.registration import (
+from controlplane.load.subscriber import LoadSubscriber
+from controlplane.load.table import LoadTable, WorkerView
+from controlplane.store.workers import LOAD_TOPIC, Protocol, WorkerRecord, WorkerRegistry
+from controlplane.workers.discovery import Discoverer
+from controlplane.workers.registration import (
     WorkerAddress,
     parse_load_endpoints,
     parse_models,
     parse_protocol,
     parse_worker_url,
 )
-from controlplane.load.subscriber import LoadSubscriber
-from controlplane.load.table import LoadTable, WorkerView
-from controlplane.store.workers import LOAD_TOPIC, Protocol, WorkerRecord, WorkerRegistry
 
 log = structlog.get_logger(__name__)
 

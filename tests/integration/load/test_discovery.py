@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from controlplane.load.discovery import Discoverer
-from controlplane.load.registration import parse_worker_url
 from controlplane.store.workers import Protocol
+from controlplane.workers.discovery import Discoverer
+from controlplane.workers.registration import parse_worker_url
 from tests.fakes.load_peers import JsonServer
 
 MODELS = {"object": "list", "data": [{"id": "sim-model", "object": "model"}]}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from controlplane.load.discovery import Discoverer, fetch
 from controlplane.load.plane import LoadPlane
-from controlplane.load.registration import WorkerAddress
 from controlplane.store.workers import MemoryWorkerRegistry, Protocol
+from controlplane.workers.discovery import Discoverer, fetch
+from controlplane.workers.registration import WorkerAddress
 from tests.fakes.load_peers import JsonServer, until
 
 INFO = {

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from controlplane.errors import InvalidArgument
-from controlplane.load.discovery import DiscoveryError, parse_models, parse_server_info
-from controlplane.load.registration import parse_load_endpoints, parse_protocol, parse_worker_url
 from controlplane.store.workers import Protocol
+from controlplane.workers.discovery import DiscoveryError, parse_models, parse_server_info
+from controlplane.workers.registration import parse_load_endpoints, parse_protocol, parse_worker_url
 
 WORKER = parse_worker_url("http://10.0.0.5:9001")
 

@@ -6,7 +6,7 @@ backoff doubling; network errors and 5xx are retried, 4xx and unparsable JSON ar
 dp size, with a wildcard ``endpoint_host`` replaced by the worker URL's host.
 
 The parsing is pure (``parse_server_info``, ``parse_models``); the fetch is a small HTTP
-client (``controlplane.load.httpget``) that speaks HTTP/1.1 or h2c prior knowledge, since an
+client (``controlplane.workers.httpget``) that speaks HTTP/1.1 or h2c prior knowledge, since an
 ``engine-sim --http2`` worker only speaks the latter: ``h2c://`` workers are asked over h2c,
 others over HTTP/1.1 first and over h2c when the answer is not HTTP/1.1.
 """
@@ -19,8 +19,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.load.httpget import HttpGetError, ProtocolMismatch, get_h1, get_h2c
-from controlplane.load.registration import (
+from controlplane.store.workers import LOAD_TOPIC, Protocol
+from controlplane.workers.httpget import HttpGetError, ProtocolMismatch, get_h1, get_h2c
+from controlplane.workers.registration import (
     MAX_LOAD_ENDPOINTS,
     MAX_MODEL_NAME,
     MAX_MODELS,
@@ -30,7 +31,6 @@ from controlplane.load.registration import (
     is_model_name,
     tcp_endpoint,
 )
-from controlplane.store.workers import LOAD_TOPIC, Protocol
 
 ATTEMPTS = 3
 ATTEMPT_TIMEOUT_S = 2.0
