@@ -63,7 +63,7 @@ IDLE_S = 3.0  # idle CPU windows
 # commit) gives same-session before/after rows (--control-plane-tree).
 CONTROL_PLANE_TREE = ROOT
 CAPACITY = 1_000_000
-# The control plane's ingest (--ingest): "zmtp" is the product's (controlplane/load/subscriber.py);
+# The control plane's ingest (--ingest): "zmtp" is the product's (controlplane/load/ingest/subscriber.py);
 # "libzmq" swaps in the libzmq SUB variant read in batches (libzmq_subscriber.py), same hub.
 INGESTS = ("zmtp", "libzmq")
 _LIBZMQ_MAIN = (

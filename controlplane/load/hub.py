@@ -5,7 +5,7 @@ serialized ``WorkerLoad`` messages (``encoding.py``) at most once per
 ``--load-push-interval-ms``, each encoded once and shared by every watcher, and bumps a version. It also wakes at least every
 ``freshness_tick_s`` so a rank going STALE is pushed though no frame arrives. Right before
 each push it drains the ingest (``drain``), so what arrived since the last push is in it and
-the ingest wakes once per push under a steady stream (``subscriber.py``).
+the ingest wakes once per push under a steady stream (``ingest/subscriber.py``).
 
 A watcher remembers the version it last sent and, when woken, asks for everything newer:
 the workers whose message version is newer, and the URLs removed since. A slow watcher

@@ -28,14 +28,14 @@ import structlog
 import zmq
 
 from controlplane import metrics
-from controlplane.load.batches import BATCH_BUDGET, BatchReader
-from controlplane.load.dialer import (
+from controlplane.load.ingest.batches import BATCH_BUDGET, BatchReader
+from controlplane.load.ingest.dialer import (
     TCP_KEEPALIVE_CNT,
     TCP_KEEPALIVE_IDLE_S,
     TCP_KEEPALIVE_INTVL_S,
     SubscribeError,
 )
-from controlplane.load.subscriber import MAX_FRAME_BYTES, TICK_S
+from controlplane.load.ingest.subscriber import MAX_FRAME_BYTES, TICK_S
 from controlplane.load.table import FrameOutcome, LoadTable, RankState
 from controlplane.load.wire import WireError, decode_frame
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass, replace
 import structlog
 
 from controlplane.errors import NotFound
-from controlplane.load.dialer import SubscribeError
 from controlplane.load.hub import LoadHub
-from controlplane.load.subscriber import LoadSubscriber
+from controlplane.load.ingest.dialer import SubscribeError
+from controlplane.load.ingest.subscriber import LoadSubscriber
 from controlplane.load.table import LoadTable, WorkerView
 from controlplane.store.workers import LOAD_TOPIC, Protocol, WorkerRecord, WorkerRegistry
 from controlplane.workers.discovery import Discoverer

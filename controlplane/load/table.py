@@ -2,7 +2,7 @@
 
 No I/O and no clock of its own: every call that depends on time takes ``now`` (monotonic
 seconds), so freshness is tested with an injected clock. The ZMQ adapter
-(``subscriber.py``) feeds it decoded frames; the watch hub (``hub.py``) asks it which
+(``ingest/subscriber.py``) feeds it decoded frames; the watch hub (``hub.py``) asks it which
 workers changed since the last push.
 
 Sequence rules (SPEC §7): the first frame of a subscription sets the baseline; a forward

@@ -10,8 +10,8 @@ import pytest
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from controlplane.load import subscriber
-from controlplane.load.subscriber import LoadSubscriber
+from controlplane.load.ingest import subscriber
+from controlplane.load.ingest.subscriber import LoadSubscriber
 from controlplane.load.table import Freshness, LoadTable, RankState
 from controlplane.load.wire import LoadStat, decode_frame, encode_frame
 from tests.fakes.load_peers import Pub, until

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from controlplane.load.dialer import Endpoint, SubscribeError, parse_endpoint
+from controlplane.load.ingest.dialer import Endpoint, SubscribeError, parse_endpoint
 
 
 @pytest.mark.parametrize(

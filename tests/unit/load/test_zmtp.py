@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controlplane.load.wire import LoadStat, encode_frame
-from controlplane.load.zmtp import (
+from controlplane.load.ingest.zmtp import (
     GREETING,
     GREETING_BYTES,
     FrameReader,
@@ -19,6 +18,7 @@ from controlplane.load.zmtp import (
     ready_command,
     subscribe_message,
 )
+from controlplane.load.wire import LoadStat, encode_frame
 
 MAX = 4 * 1024 * 1024
 

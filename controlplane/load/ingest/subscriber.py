@@ -44,11 +44,11 @@ from dataclasses import dataclass
 import structlog
 
 from controlplane import metrics
-from controlplane.load.batches import BATCH_BUDGET, BatchReader
-from controlplane.load.dialer import Endpoint, describe, dial, parse_endpoint
+from controlplane.load.ingest.batches import BATCH_BUDGET, BatchReader
+from controlplane.load.ingest.dialer import Endpoint, describe, dial, parse_endpoint
+from controlplane.load.ingest.zmtp import FrameReader, ZmtpError
 from controlplane.load.table import FrameOutcome, LoadTable, RankState
 from controlplane.load.wire import WireError, decode_frame
-from controlplane.load.zmtp import FrameReader, ZmtpError
 
 log = structlog.get_logger(__name__)
 

@@ -16,7 +16,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from controlplane.load.zmtp import (
+from controlplane.load.ingest.zmtp import (
     GREETING,
     GREETING_BYTES,
     FrameReader,
