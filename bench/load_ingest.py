@@ -9,7 +9,7 @@ processes) each publish ``--rate`` frames/s. The consumers take the same frames 
   endpoints), the full ingest (table, freshness, hub) and one WatchLoads client; once per
   ``--ingest`` entry, against the same publishers: ``zmtp`` (the product's ingest) and
   ``libzmq`` (the same control plane with libzmq SUB sockets read in batches,
-  ``controlplane/load/libzmq_subscriber.py``: the same-run justification of the ZMTP one).
+  ``bench/libzmq_subscriber.py``: the same-run justification of the ZMTP one).
 
 CPU is read from ``/proc`` (all threads, ``bench/loadgen.cpu_seconds``) over the same window
 length. Latency: each frame carries a per-socket counter in ``num_tokens``; the publisher logs
@@ -64,10 +64,10 @@ IDLE_S = 3.0  # idle CPU windows
 CONTROL_PLANE_TREE = ROOT
 CAPACITY = 1_000_000
 # The control plane's ingest (--ingest): "zmtp" is the product's (controlplane/load/ingest/subscriber.py);
-# "libzmq" swaps in the libzmq SUB variant read in batches (libzmq_subscriber.py), same hub.
+# "libzmq" swaps in the libzmq SUB variant read in batches (bench/libzmq_subscriber.py), same hub.
 INGESTS = ("zmtp", "libzmq")
 _LIBZMQ_MAIN = (
-    "import sys; from controlplane.load import plane, libzmq_subscriber as m; "
+    "import sys; from bench import libzmq_subscriber as m; from controlplane.load import plane; "
     "plane.LoadSubscriber = m.LibzmqSubscriber; from controlplane.cli.main import main; "
     "sys.exit(main(['control', *sys.argv[1:]]))"
 )

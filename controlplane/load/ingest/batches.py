@@ -1,7 +1,7 @@
 """When the ingest reads (adapter): one selector watched by the event loop, batches per tick.
 
 Shared by the ZMTP ingest (``subscriber.py``) and its bench-only libzmq comparison
-(``libzmq_subscriber.py``), so the two differ only in how a batch reads its sockets. The
+(``bench/libzmq_subscriber.py``), so the two differ only in how a batch reads its sockets. The
 event loop watches one selector holding every socket: its signal schedules a batch (one
 callback that reads every ready socket), at most one per ``tick_s``, but a frame after a
 quiet spell is read at once; the watch hub calls ``drain`` right before each push, so under

@@ -3,7 +3,7 @@
 Each rank's connection is a ZMTP 3.0 SUB peer of our own (``zmtp.py``) on a plain TCP
 socket, not a libzmq socket: at a thousand publishers every frame arrives alone on its
 connection, and libzmq SUB sockets read in batches by this same drain-per-push design
-(``libzmq_subscriber.py``) cost 1.3-1.8x the CPU per frame and 2-3x the p99 latency in a
+(``bench/libzmq_subscriber.py``) cost 1.3-1.8x the CPU per frame and 2-3x the p99 latency in a
 same-run comparison, mostly libzmq's I/O thread waking and signalling a mailbox per
 frame; here a frame costs a share of one ``recv`` and the parsing (``zmtp.py``,
 bench/README.md, ``bench/load_ingest.py --ingest zmtp libzmq``).

@@ -3,7 +3,7 @@
 The ingest reads its publishers' TCP streams itself instead of through libzmq, because
 of a same-run measurement (``bench/load_ingest.py --ingest zmtp libzmq``, bench/README.md)
 against the best libzmq design we have: SUB sockets read in batches by the same drain
-before each push (``libzmq_subscriber.py``: one ``zmq_poll`` per drain, then
+before each push (``bench/libzmq_subscriber.py``: one ``zmq_poll`` per drain, then
 ``recv(copy=False)`` until ``ZMQ_EVENTS`` says empty, no exceptions). At 1000 publishers x
 20 frames/s it cost 1.3-1.8x the CPU per frame of this ingest (median 1.45x over six
 pairs: 34-45 against 23-29 µs) with 2-3x the p99 (320-660 against 165-220 ms); at 100

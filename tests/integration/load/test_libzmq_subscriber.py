@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 import zmq
 
-from controlplane.load.libzmq_subscriber import LibzmqSubscriber
+from bench.libzmq_subscriber import LibzmqSubscriber
 from controlplane.load.table import LoadTable, RankState
 from controlplane.load.wire import LoadStat
 from tests.fakes.load_peers import Pub, until

@@ -1,6 +1,6 @@
 """The load ingest through libzmq SUB sockets, read in batches (adapter), SPEC §7.
 
-The same interface and accounting as ``subscriber.LoadSubscriber`` (a ZMTP peer of our
+The same interface and accounting as ``controlplane.load.ingest.subscriber.LoadSubscriber`` (a ZMTP peer of our
 own), kept so ``bench/load_ingest.py`` measures both in one run (``--ingest``): the
 ZMTP ingest is justified only by that comparison with the best libzmq design we have.
 
@@ -13,7 +13,7 @@ only that selector is watched by the event loop: a frame after a quiet spell wak
 at once, the frames after it wait for the next push (at most one batch per tick).
 
 Socket settings as the libzmq ingest before the ZMTP one had them (git history of
-``subscriber.py``): small RCVHWM, MAXMSGSIZE, reconnect backoff as sgl-router's, TCP
+``controlplane/load/ingest/subscriber.py``): small RCVHWM, MAXMSGSIZE, reconnect backoff as sgl-router's, TCP
 keepalive and no ZMTP heartbeats (zeromq/libzmq#3937, #4767). ``zmq.ZMQError`` never
 leaves this module.
 """
