@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -34,8 +33,9 @@ from urllib.parse import quote
 import structlog
 
 from controlplane.contracts import SamplingContract, contract_to_json, parse_contract_json
-from controlplane.errors import InvalidArgument, NotFound, Unavailable, VersionMismatch
+from controlplane.errors import NotFound, Unavailable
 from controlplane.settings import EtcdLocation
+from controlplane.store import changes
 from controlplane.store.etcd_client import (
     BACKOFF_S,
     EtcdClient,
@@ -57,8 +57,8 @@ MAX_WRITE_ATTEMPTS = 32
 # (the change is committed either way; this only keeps read-your-writes in the common case).
 OWN_WRITE_VISIBLE_S = 2.0
 EVENT_PUT = 0  # mvccpb.Event.EventType
-# What a write makes of (head, rollback target): the version to append; raises to write nothing.
-Change = Callable[[ContractVersion | None, ContractVersion | None], ContractVersion]
+# What a write makes of (head, rollback target), from ``changes.py``; raises to write nothing.
+Decide = Callable[[ContractVersion | None, ContractVersion | None], changes.Change]
 
 
 def _scope_key(scope: str) -> str:
@@ -135,48 +135,30 @@ class EtcdStore(PublishedSnapshots):
         author: str,
         comment: str,
     ) -> ContractVersion:
-        def change(head: ContractVersion | None, _: ContractVersion | None) -> ContractVersion:
-            if (head is None or not head.live) and not allow_missing:
-                raise NotFound(
-                    f"scope {scope!r} has no contract (set allow_missing to create it)", field="scope"
-                )
-            return self._next(head, scope, ChangeKind.UPDATE, contract, author, comment, 0)
+        def decide(head: ContractVersion | None, _: ContractVersion | None) -> changes.Change:
+            return changes.update(
+                scope, head, contract, expected_version=expected_version, allow_missing=allow_missing
+            )
 
-        return await self._write(scope, expected_version, None, change)
+        return await self._write(scope, None, decide, author, comment)
 
     async def delete(
         self, scope: str, *, expected_version: int | None, author: str, comment: str
     ) -> ContractVersion:
-        def change(head: ContractVersion | None, _: ContractVersion | None) -> ContractVersion:
-            if head is None or not head.live:
-                raise NotFound(f"scope {scope!r} has no contract to delete", field="scope")
-            return self._next(head, scope, ChangeKind.DELETE, None, author, comment, 0)
+        def decide(head: ContractVersion | None, _: ContractVersion | None) -> changes.Change:
+            return changes.delete(scope, head, expected_version=expected_version)
 
-        return await self._write(scope, expected_version, None, change)
+        return await self._write(scope, None, decide, author, comment)
 
     async def rollback(
         self, scope: str, version: int, *, expected_version: int | None, author: str, comment: str
     ) -> ContractVersion:
-        if version < 1:
-            raise InvalidArgument(f"version: must be >= 1, got {version}", field="version")
+        changes.check_rollback_version(version)
 
-        def change(head: ContractVersion | None, target: ContractVersion | None) -> ContractVersion:
-            if head is None:
-                raise NotFound(f"scope {scope!r} has no history", field="scope")
-            if target is None:
-                raise NotFound(
-                    f"version: scope {scope!r} has no version {version} (latest is {head.version})",
-                    field="version",
-                )
-            if target.contract is None:
-                raise InvalidArgument(
-                    f"version: version {version} of scope {scope!r} is a deletion; "
-                    "roll back to a version with params",
-                    field="version",
-                )
-            return self._next(head, scope, ChangeKind.ROLLBACK, target.contract, author, comment, version)
+        def decide(head: ContractVersion | None, target: ContractVersion | None) -> changes.Change:
+            return changes.rollback(scope, version, head, target, expected_version=expected_version)
 
-        return await self._write(scope, expected_version, version, change)
+        return await self._write(scope, version, decide, author, comment)
 
     async def history(self, scope: str, *, page_size: int, before_version: int | None) -> HistoryPage:
         prefix = self._history_key(scope, None)
@@ -197,37 +179,14 @@ class EtcdStore(PublishedSnapshots):
             return self.client.key("contracts", "history", _scope_key(scope), "")
         return self.client.key("contracts", "history", _scope_key(scope), f"{version:020d}")
 
-    def _next(
-        self,
-        head: ContractVersion | None,
-        scope: str,
-        change: ChangeKind,
-        contract: SamplingContract | None,
-        author: str,
-        comment: str,
-        rolled_back_from: int,
-    ) -> ContractVersion:
-        # ``revision`` is filled in by ``_commit`` from the counter it read.
-        return ContractVersion(
-            scope=scope,
-            version=1 if head is None else head.version + 1,
-            revision=0,
-            change=change,
-            contract=contract,
-            author=author,
-            create_time_us=time.time_ns() // 1000,
-            comment=comment,
-            rolled_back_from_version=rolled_back_from,
-        )
-
     async def _write(
-        self, scope: str, expected_version: int | None, target_version: int | None, change: Change
+        self, scope: str, target_version: int | None, decide: Decide, author: str, comment: str
     ) -> ContractVersion:
         # Shielded: a client that cancels mid-write must not leave a committed change unpublished.
-        return await asyncio.shield(self._commit(scope, expected_version, target_version, change))
+        return await asyncio.shield(self._commit(scope, target_version, decide, author, comment))
 
     async def _commit(
-        self, scope: str, expected_version: int | None, target_version: int | None, change: Change
+        self, scope: str, target_version: int | None, decide: Decide, author: str, comment: str
     ) -> ContractVersion:
         head_key = self.client.key("contracts", "head", _scope_key(scope))
         reads = [get(self._revision_key), get(head_key)]
@@ -239,13 +198,9 @@ class EtcdStore(PublishedSnapshots):
             revision = int(counter[0].value) if counter else 0
             head = decode_version(head_kvs[0].value) if head_kvs else None
             target = decode_version(rest[0][0].value) if rest and rest[0] else None
-            current = 0 if head is None else head.version
-            if expected_version is not None and expected_version != current:
-                raise VersionMismatch(
-                    f"expected_version: scope {scope!r} is at version {current}, not {expected_version}",
-                    field="expected_version",
-                )
-            written = dataclasses.replace(change(head, target), revision=revision + 1)
+            written = decide(head, target).written(
+                revision=revision + 1, author=author, comment=comment, create_time_us=time.time_ns() // 1000
+            )
             record = encode_version(written)
             # The counter goes last: a watcher publishes a revision once it has seen its counter,
             # by which time the head of the same transaction has been applied.

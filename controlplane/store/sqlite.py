@@ -1,9 +1,10 @@
 """The embedded default store: contracts in one SQLite file (SPEC §3.2, §6 Durability).
 
-Every change is one transaction that reads the scope's head, checks ``expected_version``,
-bumps the store-wide revision kept in ``meta`` and appends an immutable row; it is
-acknowledged only after COMMIT (WAL, ``synchronous=FULL``). Nothing is ever updated in place
-or deleted, so a revision is never reused, across restarts included.
+Every change is one transaction that reads the scope's head, has ``changes.py`` decide what to
+append (``expected_version`` and the other preconditions), bumps the store-wide revision kept in
+``meta`` and appends an immutable row; it is acknowledged only after COMMIT (WAL,
+``synchronous=FULL``). Nothing is ever updated in place or deleted, so a revision is never
+reused, across restarts included.
 
 Reads of the live set are served from an in-memory ``Snapshot``. The database thread builds the
 next snapshot right after each COMMIT (so snapshots are built in commit order), and the event loop
@@ -23,7 +24,8 @@ from controlplane.contracts import (
     contract_to_json,
     parse_contract_json,
 )
-from controlplane.errors import InvalidArgument, NotFound, VersionMismatch
+from controlplane.errors import NotFound
+from controlplane.store import changes
 from controlplane.store.database import SqliteDatabase
 from controlplane.store.model import (
     EMPTY_SNAPSHOT,
@@ -108,12 +110,11 @@ class SqliteStore(PublishedSnapshots):
         comment: str,
     ) -> ContractVersion:
         def write(conn: sqlite3.Connection) -> tuple[ContractVersion, Snapshot]:
-            head = self._head(conn, scope, expected_version)
-            if (head is None or not head.live) and not allow_missing:
-                raise NotFound(
-                    f"scope {scope!r} has no contract (set allow_missing to create it)", field="scope"
-                )
-            return self._append(conn, head, scope, ChangeKind.UPDATE, contract, author, comment, 0)
+            head = self._head(conn, scope)
+            change = changes.update(
+                scope, head, contract, expected_version=expected_version, allow_missing=allow_missing
+            )
+            return self._append(conn, change, author, comment)
 
         return await self._write(write)
 
@@ -121,42 +122,25 @@ class SqliteStore(PublishedSnapshots):
         self, scope: str, *, expected_version: int | None, author: str, comment: str
     ) -> ContractVersion:
         def write(conn: sqlite3.Connection) -> tuple[ContractVersion, Snapshot]:
-            head = self._head(conn, scope, expected_version)
-            if head is None or not head.live:
-                raise NotFound(f"scope {scope!r} has no contract to delete", field="scope")
-            return self._append(conn, head, scope, ChangeKind.DELETE, None, author, comment, 0)
+            change = changes.delete(scope, self._head(conn, scope), expected_version=expected_version)
+            return self._append(conn, change, author, comment)
 
         return await self._write(write)
 
     async def rollback(
         self, scope: str, version: int, *, expected_version: int | None, author: str, comment: str
     ) -> ContractVersion:
-        if version < 1:
-            raise InvalidArgument(f"version: must be >= 1, got {version}", field="version")
+        changes.check_rollback_version(version)
 
         def write(conn: sqlite3.Connection) -> tuple[ContractVersion, Snapshot]:
-            head = self._head(conn, scope, expected_version)
-            if head is None:
-                raise NotFound(f"scope {scope!r} has no history", field="scope")
+            head = self._head(conn, scope)
             row = conn.execute(
                 f"SELECT {_COLUMNS} FROM contract_versions WHERE scope = ? AND version = ?",
                 (scope, version),
             ).fetchone()
-            if row is None:
-                raise NotFound(
-                    f"version: scope {scope!r} has no version {version} (latest is {head.version})",
-                    field="version",
-                )
-            target = _from_row(row)
-            if target.contract is None:
-                raise InvalidArgument(
-                    f"version: version {version} of scope {scope!r} is a deletion; "
-                    "roll back to a version with params",
-                    field="version",
-                )
-            return self._append(
-                conn, head, scope, ChangeKind.ROLLBACK, target.contract, author, comment, version
-            )
+            target = None if row is None else _from_row(row)
+            change = changes.rollback(scope, version, head, target, expected_version=expected_version)
+            return self._append(conn, change, author, comment)
 
         return await self._write(write)
 
@@ -188,42 +172,23 @@ class SqliteStore(PublishedSnapshots):
         return self._committed
 
     @staticmethod
-    def _head(conn: sqlite3.Connection, scope: str, expected_version: int | None) -> ContractVersion | None:
+    def _head(conn: sqlite3.Connection, scope: str) -> ContractVersion | None:
         row = conn.execute(
             f"SELECT {_COLUMNS} FROM contract_versions WHERE scope = ? ORDER BY version DESC LIMIT 1",
             (scope,),
         ).fetchone()
-        head = None if row is None else _from_row(row)
-        current = 0 if head is None else head.version
-        if expected_version is not None and expected_version != current:
-            raise VersionMismatch(
-                f"expected_version: scope {scope!r} is at version {current}, not {expected_version}",
-                field="expected_version",
-            )
-        return head
+        return None if row is None else _from_row(row)
 
     def _append(
-        self,
-        conn: sqlite3.Connection,
-        head: ContractVersion | None,
-        scope: str,
-        change: ChangeKind,
-        contract: SamplingContract | None,
-        author: str,
-        comment: str,
-        rolled_back_from: int,
+        self, conn: sqlite3.Connection, change: changes.Change, author: str, comment: str
     ) -> tuple[ContractVersion, Snapshot]:
-        written = ContractVersion(
-            scope=scope,
-            version=1 if head is None else head.version + 1,
+        written = change.written(
             revision=next_revision(conn),
-            change=change,
-            contract=contract,
             author=author,
-            create_time_us=time.time_ns() // 1000,
             comment=comment,
-            rolled_back_from_version=rolled_back_from,
+            create_time_us=time.time_ns() // 1000,
         )
+        contract = written.contract
         conn.execute(
             f"INSERT INTO contract_versions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
