@@ -1,8 +1,9 @@
 """ContractService (SPEC §3.2, §6): versioned contracts over gRPC.
 
 Validation happens here, before the store (``INVALID_ARGUMENT`` naming the field); the store
-enforces ``expected_version``/existence inside its write transaction. Errors propagate as
-domain exceptions and are mapped to statuses by the interceptor.
+enforces ``expected_version``/existence inside its write transaction (``store.changes``). Errors
+propagate as domain exceptions (``ContractError`` included) and the interceptor maps them to
+statuses with ``server.errors.status_for``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, TypedDict
 import structlog
 from grpc import aio
 
-from controlplane.contracts import ContractError, contract_from_proto
+from controlplane.contracts import contract_from_proto
 from controlplane.errors import InvalidArgument, Unavailable
 from controlplane.metrics import CONTRACT_CHANGES, WATCHERS
 from controlplane.server.auth import current_principal
@@ -101,13 +102,7 @@ class ContractServicer(contract_pb2_grpc.ContractServiceServicer):
         self, request: contract_pb2.UpdateContractRequest, context: _Context
     ) -> contract_pb2.UpdateContractResponse:
         scope = check_scope(request.scope)
-        try:
-            contract = contract_from_proto(request.params, request.conflict)
-        except ContractError as exc:
-            # The model's messages name the parameter; the few that concern the whole map
-            # (e.g. empty) get the request field's name in front.
-            message = exc.message if exc.field else f"params: {exc.message}"
-            raise InvalidArgument(message, field=exc.field or "params") from None
+        contract = contract_from_proto(request.params, request.conflict)  # ContractError: status_for
         written = await self._store.update(
             scope,
             contract,

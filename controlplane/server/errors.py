@@ -1,8 +1,10 @@
 """The one exception -> gRPC status mapping of the control plane (SPEC §6).
 
-Domain errors carry their status (``controlplane.errors``); a contract the model refuses is
-``INVALID_ARGUMENT`` with the model's message (it names the field); anything else is a bug:
-logged with its traceback, answered ``INTERNAL`` without details.
+Domain errors carry their status (``controlplane.errors``); a contract the model refuses
+(``ContractError``, from UpdateContract's ``params``) is ``INVALID_ARGUMENT`` with the model's
+message, which names the parameter; anything else is a bug: logged with its traceback, answered
+``INTERNAL`` without details. Servicers and the interceptor raise; only this module chooses a
+status.
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, ControlPlaneError):
         return exc.status, clip(exc.message)
     if isinstance(exc, ContractError):
-        return grpc.StatusCode.INVALID_ARGUMENT, clip(exc.message)
+        # The few messages that concern the whole map (e.g. empty) name no parameter: they get
+        # the request field's name in front, so every refusal names a field (SPEC §6).
+        message = exc.message if exc.field else f"params: {exc.message}"
+        return grpc.StatusCode.INVALID_ARGUMENT, clip(message)
     log.error("internal_error", exc_info=exc)
     return grpc.StatusCode.INTERNAL, "internal error (see the control plane's log)"
 

@@ -3,7 +3,8 @@
 Every method handler is wrapped once per call: the caller's ``Principal`` is set in a context
 variable for the servicer (the author of a change), and any exception the servicer raises is
 turned into a status by ``status_for`` -- so services added later (LoadService, RouterService)
-get auth and the error mapping without code of their own.
+get auth and the error mapping without code of their own. A refused token is answered the same
+way, as ``Unauthenticated``/``PermissionDenied`` through ``status_for``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, NoReturn, TypeAlias
 import grpc
 from grpc import aio
 
+from controlplane.errors import PermissionDenied, Unauthenticated
 from controlplane.server.auth import (
     ANONYMOUS,
     CURRENT_PRINCIPAL,
@@ -89,13 +91,12 @@ def _wrap(handler: grpc.RpcMethodHandler[Any, Any], principal: Principal) -> grp
 
 
 def _denied(
-    handler: grpc.RpcMethodHandler[Any, Any], code: grpc.StatusCode, message: str
+    handler: grpc.RpcMethodHandler[Any, Any], refusal: Unauthenticated | PermissionDenied
 ) -> grpc.RpcMethodHandler[Any, Any]:
-    """A handler of the same shape that only answers ``code``."""
+    """A handler of the same shape that only answers ``refusal`` (its status via ``status_for``)."""
 
     async def deny(_request: Any, context: aio.ServicerContext[Any, Any]) -> NoReturn:
-        await context.abort(code, message)
-        raise AssertionError("unreachable: abort raises")
+        await _abort(context, refusal)
 
     _, build, _ = _shape(handler)
     return build(deny, handler.request_deserializer, handler.response_serializer)
@@ -120,17 +121,17 @@ class ServiceInterceptor(aio.ServerInterceptor):  # type: ignore[type-arg]
         if token is None:
             return _denied(
                 handler,
-                grpc.StatusCode.UNAUTHENTICATED,
-                "missing bearer token: send metadata 'authorization: Bearer <token>'",
+                Unauthenticated("missing bearer token: send metadata 'authorization: Bearer <token>'"),
             )
         principal = self._tokens.lookup(token)
         if principal is None:
-            return _denied(handler, grpc.StatusCode.UNAUTHENTICATED, "unknown bearer token")
+            return _denied(handler, Unauthenticated("unknown bearer token"))
         if not allows(principal.role, method):
             return _denied(
                 handler,
-                grpc.StatusCode.PERMISSION_DENIED,
-                f"token {principal.name!r} (role {principal.role.value}) may not call "
-                f"{split_method(method)[1]}",
+                PermissionDenied(
+                    f"token {principal.name!r} (role {principal.role.value}) may not call "
+                    f"{split_method(method)[1]}"
+                ),
             )
         return _wrap(handler, principal)

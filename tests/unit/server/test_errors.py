@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import grpc
 
-from controlplane.errors import InvalidArgument
+from controlplane.contracts import ContractError
+from controlplane.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from controlplane.server.errors import MAX_MESSAGE_BYTES, clip, status_for
 
 
@@ -22,3 +23,22 @@ def test_domain_errors_keep_their_status_with_a_clipped_message() -> None:
     code, message = status_for(InvalidArgument("models[0]: bad " + "x" * 50_000, field="models"))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and message.startswith("models[0]: bad ")
     assert len(message.encode()) < 2 * MAX_MESSAGE_BYTES
+
+
+def test_a_refused_contract_is_invalid_argument_naming_the_field() -> None:
+    """A ContractError is INVALID_ARGUMENT; one about the whole map is said to concern params."""
+    assert status_for(ContractError("top_k: must be an integer", field="top_k")) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "top_k: must be an integer",
+    )
+    code, message = status_for(ContractError("sampling contract is empty"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and message == "params: sampling contract is empty"
+
+
+def test_auth_refusals_keep_their_status() -> None:
+    """Unauthenticated and PermissionDenied map to their own statuses with the message as is."""
+    assert status_for(Unauthenticated("unknown bearer token")) == (
+        grpc.StatusCode.UNAUTHENTICATED,
+        "unknown bearer token",
+    )
+    assert status_for(PermissionDenied("no"))[0] == grpc.StatusCode.PERMISSION_DENIED
