@@ -23,6 +23,7 @@ import structlog
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from controlplane.errors import SettingsError
 from controlplane.server.auth import TokenFileError, TokenTable, load_tokens
 from controlplane.server.component import AppContext, Component, ComponentFactory
 from controlplane.server.contract_service import contract_component
@@ -33,7 +34,7 @@ from controlplane.server.interceptor import ServiceInterceptor
 from controlplane.server.load_service import load_component
 from controlplane.server.reflection import enable_reflection
 from controlplane.server.router_service import router_component
-from controlplane.settings import Address, ControlSettings, SettingsError
+from controlplane.settings import Address, ControlSettings
 from controlplane.store.backend import describe, make_store, open_tables
 
 log = structlog.get_logger("controlplane.app")

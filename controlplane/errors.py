@@ -1,8 +1,12 @@
-"""The control plane's error root: every domain error carries the gRPC status it maps to.
+"""The control plane's two error families: what a client is answered, what stops a start.
 
-Servicers, stores and registries raise these; ``controlplane.server.errors.status_for`` is the
-one place that turns any exception into a status and message (SPEC §6: validation failures are
+``ControlPlaneError``: every domain error carries the gRPC status it maps to. Servicers, stores
+and registries raise these; ``controlplane.server.errors.status_for`` is the one place that
+turns any exception into a status and message (SPEC §6: validation failures are
 ``INVALID_ARGUMENT`` naming the field, missing is ``NOT_FOUND``, a version mismatch ``ABORTED``).
+
+``StartupError``: ``fleetplane control`` or ``fleetplane up`` cannot start; the message is the
+one line printed before the non-zero exit (SPEC §1).
 """
 
 from __future__ import annotations
@@ -63,3 +67,11 @@ class PermissionDenied(ControlPlaneError):
     """The token's role does not allow the method (SPEC §6 Auth)."""
 
     status = grpc.StatusCode.PERMISSION_DENIED
+
+
+class StartupError(Exception):
+    """The control plane, or the fleet ``fleetplane up`` runs, cannot start; the message says why."""
+
+
+class SettingsError(StartupError, ValueError):
+    """A flag value the control plane cannot start with; the message names the flag and the value."""

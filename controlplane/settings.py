@@ -11,13 +11,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from controlplane.errors import SettingsError
+
 DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_STORE = "sqlite:./.fleetplane/control.db"
 DEFAULT_HTTP_LISTEN = "127.0.0.1:9464"
-
-
-class SettingsError(ValueError):
-    """A flag value the control plane cannot start with."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,13 +16,13 @@ import sys
 import structlog
 
 from controlplane.app import ControlPlane
+from controlplane.errors import StartupError
 from controlplane.server.logs import configure_logging
 from controlplane.settings import (
     DEFAULT_HTTP_LISTEN,
     DEFAULT_LISTEN,
     DEFAULT_STORE,
     ControlSettings,
-    SettingsError,
 )
 
 STARTUP_ERROR_EXIT = 2
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
         _run_loop(settings)
-    except SettingsError as exc:
+    except StartupError as exc:
         print(f"fleetplane control: {exc}", file=sys.stderr, flush=True)
         return STARTUP_ERROR_EXIT
     return 0

@@ -34,6 +34,7 @@ from pathlib import Path
 import grpc
 
 from controlplane.envflags import ENV_PREFIX
+from controlplane.errors import StartupError
 from controlplane.v1 import contract_pb2, contract_pb2_grpc, load_pb2, load_pb2_grpc
 
 MODEL = "fleetplane-sim"
@@ -142,10 +143,6 @@ class Fleet:
                 except subprocess.TimeoutExpired:
                     child.proc.kill()
                     child.proc.wait()
-
-
-class StartupError(Exception):
-    """A child did not come up; the message says which and where its log is."""
 
 
 def wait_for_line(child: Child, pattern: str, timeout_s: float = START_TIMEOUT_S) -> re.Match[str]:

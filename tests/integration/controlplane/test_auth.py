@@ -12,7 +12,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from controlplane.contracts import contract_to_proto_params, parse_contract_json
-from controlplane.settings import ControlSettings, SettingsError
+from controlplane.errors import SettingsError
+from controlplane.settings import ControlSettings
 from controlplane.v1 import contract_pb2 as pb
 from controlplane.v1 import contract_pb2_grpc
 from tests.fakes.pki import make_pki

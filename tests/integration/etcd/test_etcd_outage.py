@@ -12,7 +12,8 @@ import pytest
 
 from controlplane.app import ControlPlane
 from controlplane.contracts import contract_to_proto_params, parse_contract_json
-from controlplane.settings import ControlSettings, SettingsError
+from controlplane.errors import SettingsError
+from controlplane.settings import ControlSettings
 from controlplane.v1 import contract_pb2 as pb
 from controlplane.v1 import contract_pb2_grpc
 from tests.fakes.control_plane import running_control_plane

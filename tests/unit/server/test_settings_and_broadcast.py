@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from controlplane.broadcast import Broadcast
-from controlplane.settings import Address, ControlSettings, SettingsError, parse_address, parse_store
+from controlplane.errors import SettingsError
+from controlplane.settings import Address, ControlSettings, parse_address, parse_store
 
 
 @pytest.mark.parametrize(

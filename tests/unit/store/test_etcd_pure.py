@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controlplane.contracts import parse_contract_json
-from controlplane.settings import Address, EtcdLocation, SettingsError, parse_store
+from controlplane.errors import SettingsError
+from controlplane.settings import Address, EtcdLocation, parse_store
 from controlplane.store.etcd import decode_version, encode_version
 from controlplane.store.etcd_client import prefix_end
 from controlplane.store.model import ChangeKind, ContractVersion
