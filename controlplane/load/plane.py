@@ -28,12 +28,12 @@ from controlplane.load.table import LoadTable, WorkerView
 from controlplane.store.workers import LOAD_TOPIC, Protocol, WorkerRecord, WorkerRegistry
 from controlplane.workers.discovery import Discoverer
 from controlplane.workers.registration import (
-    WorkerAddress,
     parse_load_endpoints,
     parse_models,
     parse_protocol,
     parse_worker_url,
 )
+from controlplane.workers.url import WorkerUrl
 
 log = structlog.get_logger(__name__)
 
@@ -158,7 +158,7 @@ class LoadPlane:
 
     async def _resolve(
         self,
-        address: WorkerAddress,
+        address: WorkerUrl,
         asked: Protocol,
         models: tuple[str, ...],
         endpoints: tuple[str, ...],

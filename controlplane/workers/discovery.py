@@ -26,11 +26,11 @@ from controlplane.workers.registration import (
     MAX_MODEL_NAME,
     MAX_MODELS,
     WILDCARD_HOSTS,
-    WorkerAddress,
     advertised_host,
     is_model_name,
     tcp_endpoint,
 )
+from controlplane.workers.url import WorkerUrl
 
 ATTEMPTS = 3
 ATTEMPT_TIMEOUT_S = 2.0
@@ -60,7 +60,7 @@ class ServerInfo:
     load_reason: str
 
 
-def parse_server_info(doc: Any, worker: WorkerAddress) -> ServerInfo:
+def parse_server_info(doc: Any, worker: WorkerUrl) -> ServerInfo:
     """Read ``enable_http2`` and the ``kv_events`` load range (SPEC §7, reference C.3)."""
     if not isinstance(doc, dict):
         raise DiscoveryError("/server_info is not a JSON object")
@@ -134,7 +134,7 @@ class Discovery:
     error: str
 
 
-Getter = Callable[[WorkerAddress, str, bool, float], Awaitable[tuple[int, bytes, bool]]]
+Getter = Callable[[WorkerUrl, str, bool, float], Awaitable[tuple[int, bytes, bool]]]
 
 
 class Discoverer:
@@ -157,7 +157,7 @@ class Discoverer:
 
     async def discover(
         self,
-        worker: WorkerAddress,
+        worker: WorkerUrl,
         protocol: Protocol,
         *,
         want_endpoints: bool,
@@ -216,7 +216,7 @@ class Discoverer:
         return Discovery(resolved, endpoints, topic, models, "; ".join(errors))
 
     async def _get_json(
-        self, worker: WorkerAddress, path: str, h2c_first: bool, deadline: float | None
+        self, worker: WorkerUrl, path: str, h2c_first: bool, deadline: float | None
     ) -> tuple[Any, bool]:
         loop = asyncio.get_running_loop()
         delay = self._first_backoff_s
@@ -247,9 +247,7 @@ class Discoverer:
         raise AssertionError("unreachable")
 
 
-async def fetch(
-    worker: WorkerAddress, path: str, h2c_first: bool, timeout_s: float
-) -> tuple[int, bytes, bool]:
+async def fetch(worker: WorkerUrl, path: str, h2c_first: bool, timeout_s: float) -> tuple[int, bytes, bool]:
     """``(status, body, spoke_h2c)``; falls back to the other protocol on a mismatch."""
     order = (True, False) if h2c_first else (False, True)
     last: Exception | None = None

@@ -9,43 +9,22 @@ Validation failures raise ``InvalidArgument`` naming the field, which the server
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
 from typing import TypeGuard
 from urllib.parse import SplitResult, urlsplit
 
 from controlplane.errors import InvalidArgument
 from controlplane.store.workers import Protocol
+from controlplane.workers.url import WORKER_SCHEMES, WorkerUrl
 
 WILDCARD_HOSTS = frozenset({"*", "0.0.0.0", "::", "[::]"})
-WORKER_SCHEMES = ("http", "h2c")
-DEFAULT_PORT = 80  # of both schemes: h2c:// is cleartext HTTP/2 on http's port
 MAX_LOAD_ENDPOINTS = 1024
 MAX_MODELS = 256
 MAX_MODEL_NAME = 256
 MAX_HOST_NAME = 253
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerAddress:
-    """A validated worker URL: ``url`` is the normalised registry key."""
-
-    url: str
-    scheme: str
-    host: str  # IPv6 literals without brackets
-    port: int | None
-
-    @property
-    def authority(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return host if self.port is None else f"{host}:{self.port}"
-
-    @property
-    def connect_port(self) -> int:
-        return DEFAULT_PORT if self.port is None else self.port
-
-
-def parse_worker_url(raw: str, field_name: str = "url") -> WorkerAddress:
-    """Validate and normalise a worker URL (lower-case scheme and host, no trailing slash)."""
+def parse_worker_url(raw: str, field_name: str = "url") -> WorkerUrl:
+    """Validate a worker URL; its normal form (``workers.url``, shared with the router) is the key."""
     text = raw.strip()
     if not text:
         raise InvalidArgument(
@@ -63,13 +42,11 @@ def parse_worker_url(raw: str, field_name: str = "url") -> WorkerAddress:
             field=field_name,
         )
     host, port = _host_port(parts, raw, field_name)
-    if port == DEFAULT_PORT:
-        port = None  # http://h:80 and http://h are one worker (RFC 3986 §6.2.3)
-    address = WorkerAddress(url="", scheme=scheme, host=host, port=port)
-    return WorkerAddress(url=f"{scheme}://{address.authority}", scheme=scheme, host=host, port=port)
+    # http://h:80 and http://h are one worker (RFC 3986 §6.2.3)
+    return WorkerUrl.of(scheme, host, port)
 
 
-def parse_load_endpoint(raw: str, worker: WorkerAddress, field_name: str = "load_endpoints") -> str:
+def parse_load_endpoint(raw: str, worker: WorkerUrl, field_name: str = "load_endpoints") -> str:
     """Validate a ``tcp://HOST:PORT`` endpoint; a wildcard host becomes the worker's host."""
     text = raw.strip()
     parts = _split(text, field_name)
@@ -96,7 +73,7 @@ def tcp_endpoint(host: str, port: int) -> str:
     return f"tcp://{bracketed}:{port}"
 
 
-def parse_load_endpoints(raws: list[str], worker: WorkerAddress) -> tuple[str, ...]:
+def parse_load_endpoints(raws: list[str], worker: WorkerUrl) -> tuple[str, ...]:
     if len(raws) > MAX_LOAD_ENDPOINTS:
         raise InvalidArgument(
             f"load_endpoints: at most {MAX_LOAD_ENDPOINTS} (one per dp rank), got {len(raws)}",
@@ -141,7 +118,7 @@ def advertised_host(host: str) -> str | None:
     return text.lower() if is_host_name(text) else None
 
 
-def parse_protocol(value: int, address: WorkerAddress) -> Protocol:
+def parse_protocol(value: int, address: WorkerUrl) -> Protocol:
     """The protocol asked for; UNSPECIFIED is AUTO, and ``h2c://`` conflicts with HTTP1."""
     if value == 0:
         return Protocol.AUTO

@@ -7,7 +7,7 @@ import asyncio
 from controlplane.load.plane import LoadPlane
 from controlplane.store.workers import MemoryWorkerRegistry, Protocol
 from controlplane.workers.discovery import Discoverer, fetch
-from controlplane.workers.registration import WorkerAddress
+from controlplane.workers.url import WorkerUrl
 from tests.fakes.load_peers import JsonServer, until
 
 INFO = {
@@ -70,9 +70,7 @@ async def test_a_worker_that_breaks_rediscovery_does_not_stop_it_for_the_others(
     broken_host = "127.0.0.2"
     armed = asyncio.Event()  # registration itself goes through (refused connections)
 
-    async def get(
-        worker: WorkerAddress, path: str, h2c_first: bool, timeout_s: float
-    ) -> tuple[int, bytes, bool]:
+    async def get(worker: WorkerUrl, path: str, h2c_first: bool, timeout_s: float) -> tuple[int, bytes, bool]:
         if armed.is_set() and worker.host == broken_host:
             raise RuntimeError("a bug in discovery")
         return await fetch(worker, path, h2c_first, timeout_s)
