@@ -10,13 +10,16 @@ ROOT = Path(__file__).resolve().parents[2]
 # controlplane.contracts is pure (no I/O) and is the one definition of what a valid contract is:
 # the standalone router parses --override-sampling-params with it, so both planes refuse exactly
 # the same contracts (a second copy of those rules could drift, the very thing fleetplane prevents).
+# controlplane.workers.url is the one spelling of a worker URL: the router names a worker as the
+# control plane's registry and WatchLoads do.
 DATAPLANE_MAY_IMPORT = (
     "controlplane.v1",
     "controlplane.load.wire",
     "controlplane.envflags",
     "controlplane.contracts",
+    "controlplane.workers.url",
 )
-SHARED_LEAVES = ("controlplane/load/wire.py", "controlplane/envflags.py")
+SHARED_LEAVES = ("controlplane/load/wire.py", "controlplane/envflags.py", "controlplane/workers/url.py")
 
 
 def _imports(path: Path) -> list[str]:

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
+from controlplane.workers.url import worker_url
 from dataplane.router.upstream.base import UpstreamPool
 
 if TYPE_CHECKING:
@@ -53,7 +54,10 @@ class WorkerAddress:
             raise WorkerUrlError(f"{url!r}: expected http://HOST:PORT or h2c://HOST:PORT (no path)")
         if port is None:
             port = 80
-        return cls(url.rstrip("/"), parts.hostname, port, parts.scheme == "h2c")
+        # The registry's spelling (controlplane.workers.url): both planes name one worker alike.
+        return cls(
+            worker_url(parts.scheme, parts.hostname, port), parts.hostname, port, parts.scheme == "h2c"
+        )
 
 
 @dataclass(frozen=True, slots=True)
