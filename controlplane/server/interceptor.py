@@ -2,9 +2,9 @@
 
 Every method handler is wrapped once per call: the caller's ``Principal`` is set in a context
 variable for the servicer (the author of a change), and any exception the servicer raises is
-turned into a status by ``status_for`` -- so services added later (LoadService, RouterService)
-get auth and the error mapping without code of their own. A refused token is answered the same
-way, as ``Unauthenticated``/``PermissionDenied`` through ``status_for``.
+turned into a status by ``status_for`` -- so every service (contracts, loads, routers, and any
+new one) gets auth and the error mapping without code of its own. A refused token is answered
+the same way, as ``Unauthenticated``/``PermissionDenied`` through ``status_for`` (SPEC §6 Auth).
 """
 
 from __future__ import annotations
