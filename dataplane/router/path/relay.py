@@ -28,6 +28,8 @@ from dataplane.router.upstream.base import UpstreamResponse
 BUFFER_NON_STREAMING = 1 << 20
 CLIENT_CLOSED = 499  # nginx's status for "client went away"; only ever a metrics label
 _EVENT_STREAM = b"text/event-stream"
+# Ollama's streams (/api/chat, /api/generate): one JSON object per line, as they are made.
+_NDJSON = b"application/x-ndjson"
 
 
 def outcome_of(err: RouterError) -> str:
@@ -46,10 +48,11 @@ async def relay(
     """Relay an answer whose head has arrived; the status recorded for it."""
     status = response.status
     headers = response.headers + extra if extra else response.headers
-    sse = stream or any(n == b"content-type" and v.startswith(_EVENT_STREAM) for n, v in headers)
+    content_type = next((v for n, v in headers if n == b"content-type"), b"")
+    sse = stream or content_type.startswith(_EVENT_STREAM)
     chunks = response.chunks()
     try:
-        if not sse:
+        if not sse and not content_type.startswith(_NDJSON):
             parts: list[bytes] = []
             size = 0
             while size <= BUFFER_NON_STREAMING:
