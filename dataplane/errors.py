@@ -51,9 +51,13 @@ class ModelNotFound(RouterError):
 
 
 class RouteNotFound(RouterError):
-    """Not in SPEC §5's table: a path the router does not serve (keeps the envelope anyway)."""
+    """A path outside the route table (SPEC §5.1: default-deny)."""
 
-    status, code, default_message = 404, "not_found", "no such endpoint"
+    status, code, default_message = (
+        404,
+        "route_not_found",
+        "no such route on this router (GET /contract lists the routes it serves)",
+    )
 
 
 class MethodNotAllowed(RouterError):

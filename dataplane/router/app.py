@@ -27,7 +27,6 @@ from dataplane.router.fleet.health import WorkerHealth
 from dataplane.router.fleet.late_workers import LateDiscovery, discover_fleet
 from dataplane.router.fleet.workers import Worker, WorkerUrlError
 from dataplane.router.metrics import RouterMetrics
-from dataplane.router.path.endpoints import route_name
 from dataplane.router.path.forwarder import ProxyConfig
 from dataplane.router.path.proxy import Proxy
 from dataplane.router.process.journal import journal_from_env
@@ -62,6 +61,7 @@ class Router:
             self.balancer,
             self.metrics,
             ProxyConfig(request_timeout_s=settings.request_timeout_s, retry_attempts=settings.retry_attempts),
+            settings.routes,
         )
         self.server: HttpServer | None = None
         # Passive ejection + /health probing back (SPEC §5), re-attached on every worker-set change.
@@ -114,7 +114,7 @@ class Router:
 
     def _count_refusal(self, target: bytes, status: int) -> None:
         # Refused by the HTTP server before the proxy saw it (e.g. 413): still an answer (SPEC §8).
-        self.metrics.route(route_name(target)).observe(status, 0.0)
+        self.metrics.route(self.proxy.route_name(target)).observe(status, 0.0)
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop accepting, let in-flight requests finish (up to the grace period), close pools."""

@@ -9,6 +9,8 @@ those are dropped too. HTTP/2 pseudo-headers (``:authority`` …) never cross to
 
 from __future__ import annotations
 
+from dataplane.errors import BadRequest
+
 Headers = list[tuple[bytes, bytes]]
 
 # Always dropped when crossing the proxy (lower-case; names arrive lower-cased from both
@@ -31,6 +33,11 @@ HOP_BY_HOP: frozenset[bytes] = frozenset(
 # whole body is read before forwarding, so the worker must not be asked to send 100 Continue).
 FRAMING: frozenset[bytes] = frozenset({b"content-length", b"host", b"expect"})
 DROPPED: frozenset[bytes] = HOP_BY_HOP | FRAMING
+# A body the engine decodes before reading it (SPEC §5.1: Content-Encoding, SGLang's
+# x-body-compressed): a judged route cannot read it as the engine will, an unjudged one
+# forwards these headers untouched.
+CODED: frozenset[bytes] = frozenset({b"content-encoding", b"x-body-compressed"})
+_NOTED: frozenset[bytes] = DROPPED | CODED
 
 
 def connection_tokens(headers: Headers) -> frozenset[bytes]:
@@ -42,19 +49,30 @@ def connection_tokens(headers: Headers) -> frozenset[bytes]:
     return frozenset(names)
 
 
-def end_to_end(headers: Headers) -> Headers:
+def end_to_end(headers: Headers, *, judged: bool = False) -> Headers:
     """``headers`` without hop-by-hop, framing, Host and pseudo-headers, order kept.
+
+    ``judged``: the body is about to be judged (SPEC §5.1), so a coded body is refused
+    (``BadRequest`` naming the header) rather than forwarded.
 
     Names must already be lower-case. The common case (no ``Connection`` header) is one pass
     with one set lookup per header, keeping the caller's tuples (a request-path hot spot: this
-    loop costs a third of a comprehension plus a second scan for ``Connection``).
+    loop costs a third of a comprehension plus a second scan for ``Connection``; the coded-body
+    check rides on it for the same reason).
     """
     kept: Headers = []
     listed = False
     for item in headers:
         name = item[0]
-        if name in DROPPED:
-            if name == b"connection":
+        if name in _NOTED:
+            if name in CODED:
+                if judged:
+                    raise BadRequest(
+                        f"{name.decode()} request bodies are not accepted on this route: the router "
+                        "must read the body exactly as the engine will (send it uncompressed)"
+                    )
+                kept.append(item)
+            elif name == b"connection":
                 listed = True
         elif name[:1] != b":":
             kept.append(item)

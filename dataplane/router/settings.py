@@ -21,6 +21,8 @@ from pathlib import Path
 from controlplane.contracts import ContractError, SamplingContract, parse_contract_json
 from controlplane.envflags import EnvArgumentParser
 from dataplane.router.balancer import Policy
+from dataplane.router.contract.dialects import DIALECTS
+from dataplane.router.contract.routes import RouteError, RouteTable, build_route_table
 from dataplane.router.fleet.health import HealthPolicy
 from dataplane.router.fleet.workers import WorkerAddress, WorkerUrlError
 
@@ -53,6 +55,7 @@ class RouterSettings:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     health: HealthPolicy = field(default_factory=HealthPolicy)
+    routes: RouteTable = field(default_factory=build_route_table)
     # Not flags (yet): house defaults.
     retry_attempts: int = 3
     drain_grace_s: float = 30.0
@@ -119,6 +122,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         choices=["reject", "allow"],
         help="conflict policy of --override-sampling-params (default reject)",
+    )
+    parser.add_argument(
+        "--route",
+        action="append",
+        default=[],
+        metavar="PATH=DIALECT",
+        help="judge an extra or moved engine route by a dialect (repeatable), e.g. /ollama/chat=ollama; "
+        "dialects: " + ", ".join(DIALECTS),
+    )
+    parser.add_argument(
+        "--unjudged-route",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="forward one more path to the workers without judging it (repeatable; every path not "
+        "in the route table is refused with 404 route_not_found)",
     )
     parser.add_argument(
         "--policy", default="least_load", choices=[p.value for p in Policy], help="worker selection"
@@ -260,6 +279,10 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         raise SettingsError(
             f"--sampling-param-conflict {args.sampling_param_conflict!r}: requires --override-sampling-params"
         )
+    try:
+        routes = build_route_table(args.route, args.unjudged_route)
+    except RouteError as exc:
+        raise SettingsError(str(exc)) from None
     for flag, value in (
         ("--max-concurrency", args.max_concurrency),
         ("--processes", args.processes),
@@ -301,6 +324,7 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         tls_ca=Path(args.tls_ca) if args.tls_ca else None,
         tls_cert=Path(args.tls_cert) if args.tls_cert else None,
         tls_key=Path(args.tls_key) if args.tls_key else None,
+        routes=routes,
         health=HealthPolicy(
             eject_after_failures=args.eject_after_failures,
             probe_interval_s=args.health_probe_interval_s,

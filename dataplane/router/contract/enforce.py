@@ -17,18 +17,22 @@ appended inside it, so it overrides the client's (or creates it when absent or n
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 from controlplane.contracts.fields import FIELD_BY_NAME
 from controlplane.contracts.formatting import format_number
 from controlplane.contracts.model import Band, ConflictPolicy, Exact, SamplingContract
-from dataplane.errors import SamplingContractViolation
-from dataplane.router.body import RequestBody, Segment, SplicedBody
-from dataplane.router.contract.probe import ABSENT, NUMBER, Probe
+from dataplane.errors import BadRequest, SamplingContractViolation
+from dataplane.router.body import RequestBody, Segment, SplicedBody, body_segments
+from dataplane.router.contract.dialects import DIALECTS, Dialect
+from dataplane.router.contract.form import FormProbe, check_injected, form_part
+from dataplane.router.contract.probe import ABSENT, NUMBER, Probe, Reading
 
 _EMPTY_OBJECT = re.compile(rb"\{[ \t\r\n]*\}")
-_SAMPLING_PARAMS_KEY: Final = b'"sampling_params":'
 # Bodies from this size on are spliced as segments; below it one concatenation is cheaper than
 # handling segments downstream (and the h1 writer copies head + body into one write anyway).
 SEGMENTED_FROM: Final = 1 << 16
@@ -42,6 +46,7 @@ class FieldRule:
     name: str
     # The pair injected when the client omits the field (``"temperature":1.0``), or None.
     inject: bytes | None
+    literal: bytes | None  # the injected value alone (``1.0``), for forms
     # Judge a present value? False under ``allow`` (pass unchanged, SPEC §3.3).
     judge: bool
     lo: float
@@ -52,6 +57,19 @@ class FieldRule:
 
 
 @dataclass(frozen=True, slots=True)
+class DialectRules:
+    """A contract as one dialect applies it (SPEC §5.1)."""
+
+    # The rules of the fields the dialect carries, flattened for the hot loop (tuple unpacking
+    # beats attribute access): (index, inject, judge, lo, hi, rule); ``inject`` is the pair to
+    # append (``"top_p":0.95``), or for a form the value alone.
+    table: tuple[tuple[int, bytes | None, bool, float, float, FieldRule], ...]
+    # Contracted fields the dialect cannot carry that the contract needs sent (exact values,
+    # bands with a default): every request on such a route violates them.
+    refused: tuple[FieldRule, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class CompiledContract:
     """A contract ready for the hot path, tagged with where it came from."""
 
@@ -59,8 +77,8 @@ class CompiledContract:
     revision: int
     contract: SamplingContract
     rules: tuple[FieldRule, ...]
-    # The rules flattened for the hot loop (tuple unpacking beats attribute access).
-    table: tuple[tuple[int, bytes | None, bool, float, float, FieldRule], ...]
+    # Per dialect, by ``Dialect.index``.
+    dialects: tuple[DialectRules, ...]
 
 
 def _literal(value: float | int, integral: bool) -> bytes:
@@ -69,8 +87,22 @@ def _literal(value: float | int, integral: bool) -> bytes:
     return str(int(value) if integral else float(value)).encode()
 
 
+def _dialect_rules(rules: tuple[FieldRule, ...], dialect: Dialect) -> DialectRules:
+    table = []
+    refused = []
+    for rule in rules:
+        if rule.name in dialect.carried:
+            inject = rule.inject
+            if dialect.form and rule.literal is not None:
+                inject = form_part(rule.name, rule.literal)
+            table.append((rule.index, inject, rule.judge, rule.lo, rule.hi, rule))
+        elif rule.inject is not None:
+            refused.append(rule)  # a band without default passes: nothing needs sending
+    return DialectRules(tuple(table), tuple(refused))
+
+
 def compile_contract(contract: SamplingContract, *, scope: str, revision: int) -> CompiledContract:
-    """Precompute the per-field actions of SPEC §3.3 for one contract snapshot."""
+    """Precompute the per-field actions of SPEC §3.3, per dialect, for one contract snapshot."""
     judge = contract.conflict is ConflictPolicy.REJECT
     rules: list[FieldRule] = []
     for name, spec in contract.params.items():  # §2 order (SamplingContract keeps it)
@@ -79,11 +111,13 @@ def compile_contract(contract: SamplingContract, *, scope: str, revision: int) -
         prefix = f"{name} violates this deployment's sampling contract: "
         if isinstance(spec, Exact):
             value = float(spec.value)
+            literal = _literal(spec.value, field.integral)
             rules.append(
                 FieldRule(
                     field.index,
                     name,
-                    key + _literal(spec.value, field.integral),
+                    key + literal,
+                    literal,
                     judge,
                     value,
                     value,
@@ -94,12 +128,13 @@ def compile_contract(contract: SamplingContract, *, scope: str, revision: int) -
             )
         else:
             assert isinstance(spec, Band)
-            inject = None if spec.default is None else key + _literal(spec.default, field.integral)
+            literal_or_none = None if spec.default is None else _literal(spec.default, field.integral)
             rules.append(
                 FieldRule(
                     field.index,
                     name,
-                    inject,
+                    None if literal_or_none is None else key + literal_or_none,
+                    literal_or_none,
                     judge,
                     float(spec.min),
                     float(spec.max),
@@ -108,8 +143,9 @@ def compile_contract(contract: SamplingContract, *, scope: str, revision: int) -
                     f"between {format_number(spec.min)} and {format_number(spec.max)}",
                 )
             )
-    table = tuple((r.index, r.inject, r.judge, r.lo, r.hi, r) for r in rules)
-    return CompiledContract(scope, revision, contract, tuple(rules), table)
+    frozen = tuple(rules)
+    by_dialect = tuple(_dialect_rules(frozen, d) for d in DIALECTS.values())
+    return CompiledContract(scope, revision, contract, frozen, by_dialect)
 
 
 def _violation_message(rule: FieldRule, state: int, value: float) -> str:
@@ -123,18 +159,27 @@ def _violation_message(rule: FieldRule, state: int, value: float) -> str:
     return f"{rule.prefix}must be a number {rule.want}, got a non-numeric value"
 
 
-def enforce(compiled: CompiledContract, probe: Probe, body: bytes) -> RequestBody:
-    """Judge and rewrite one probed body (SPEC §3.3); the body to forward, or raise.
+def _cannot_carry(rule: FieldRule, dialect: Dialect, route: str) -> str:
+    instead = f"; use {dialect.instead}" if dialect.instead is not None else ""
+    return f"{rule.prefix}cannot be set on {route}{instead}"
+
+
+def enforce(compiled: CompiledContract, probe: Probe, body: bytes, route: str = "") -> RequestBody:
+    """Judge and rewrite one probed body (SPEC §3.3, §5.1); the body to forward, or raise.
 
     Raises ``SamplingContractViolation`` whose ``param`` is the first violated field in §2
-    order and whose ``violated`` lists all of them. Returns ``body`` itself when nothing is
-    injected.
+    order and whose ``violated`` lists all of them (a contracted field the route cannot carry
+    is one, named with ``route``). Returns ``body`` itself when nothing is injected.
     """
+    dialect = probe.dialect
+    rules = compiled.dialects[dialect.index]
+    if probe.batch is not None:
+        return _enforce_batch(rules, probe, body, route)
     states = probe.states
     values = probe.values
     pairs: list[bytes] = []
     violated: list[FieldRule] = []
-    for index, inject, judge, lo, hi, rule in compiled.table:
+    for index, inject, judge, lo, hi, rule in rules.table:
         state = states[index]
         if state == ABSENT:
             if inject is not None:
@@ -142,44 +187,156 @@ def enforce(compiled: CompiledContract, probe: Probe, body: bytes) -> RequestBod
         elif judge and not (state == NUMBER and lo <= values[index] <= hi):
             # exact: lo == hi, so the test above is float equality (NaN never passes)
             violated.append(rule)
-    if violated:
-        first = violated[0]
-        err = SamplingContractViolation(
-            _violation_message(first, states[first.index], values[first.index]), param=first.name
-        )
-        err.violated = tuple(r.name for r in violated)
-        raise err
+    if violated or rules.refused:
+        _refuse(violated, rules.refused, probe, dialect, route)
     if not pairs:
         return body
-    return splice(probe, body, pairs)
+    if dialect.form:
+        injected = {
+            r.name: r.literal for i, _, _, _, _, r in rules.table if states[i] == ABSENT and r.literal
+        }
+        return splice_form(probe, body, pairs, injected)
+    if dialect.container or len(body) >= SEGMENTED_FROM:
+        return splice(probe, body, pairs)
+    # ``splice`` of a small top-level body, inlined: the per-request path of chat.
+    at = probe.insert_at
+    return body[:at] + (b"," if probe.needs_comma else b"") + b",".join(pairs) + body[at:]
+
+
+def _enforce_batch(rules: DialectRules, probe: Probe, body: bytes, route: str) -> RequestBody:
+    """A batch: every element judged and injected into as its own object; a field violated in
+    any element is violated once (SPEC §3.3 counts fields, per request)."""
+    assert probe.batch is not None
+    per_element: list[list[bytes]] = []
+    violated: list[FieldRule] = []
+    for reading in probe.batch:
+        states = reading.states
+        values = reading.values
+        pairs: list[bytes] = []
+        for index, inject, judge, lo, hi, rule in rules.table:
+            state = states[index]
+            if state == ABSENT:
+                if inject is not None:
+                    pairs.append(inject)
+            elif judge and not (state == NUMBER and lo <= values[index] <= hi) and rule not in violated:
+                violated.append(rule)
+        per_element.append(pairs)
+    if violated or rules.refused:
+        violated.sort(key=lambda r: r.index)
+        # The message shows the value of the first element that violated the first field.
+        shown = (
+            next((r for r in probe.batch if _violates(r, violated[0])), probe.batch[0])
+            if violated
+            else probe.batch[0]
+        )
+        _refuse(violated, rules.refused, shown, probe.dialect, route)
+    if not any(per_element):
+        return body
+    return splice(probe, body, per_element=per_element)
+
+
+def _violates(reading: Reading, rule: FieldRule) -> bool:
+    state = reading.states[rule.index]
+    if state == ABSENT or not rule.judge:
+        return False
+    return not (state == NUMBER and rule.lo <= reading.values[rule.index] <= rule.hi)
+
+
+def _refuse(
+    violated: list[FieldRule], refused: tuple[FieldRule, ...], reading: Reading, dialect: Dialect, route: str
+) -> None:
+    every = sorted((*violated, *refused), key=lambda r: r.index)
+    first = every[0]
+    if first in refused:
+        message = _cannot_carry(first, dialect, route or dialect.name)
+    else:
+        message = _violation_message(first, reading.states[first.index], reading.values[first.index])
+    err = SamplingContractViolation(message, param=first.name)
+    err.violated = tuple(r.name for r in every)
+    raise err
+
+
+def _restated(raw: msgspec.Raw | None, inner: list[Segment]) -> list[Segment]:
+    """An object written again with ``inner`` (rendered pairs) last inside it, or created."""
+    if raw is None:
+        return [b"{", *inner, b"}"]
+    view = memoryview(raw)
+    return [view[:-1], b"" if _EMPTY_OBJECT.fullmatch(view) else b",", *inner, b"}"]
 
 
 def splice(
-    probe: Probe, body: bytes, pairs: list[bytes], *, segmented_from: int = SEGMENTED_FROM
+    probe: Probe,
+    body: bytes,
+    pairs: list[bytes] | None = None,
+    *,
+    per_element: list[list[bytes]] | None = None,
+    segmented_from: int = SEGMENTED_FROM,
 ) -> RequestBody:
     """Insert ``pairs`` (rendered ``"key":value``) where the engine will read them last.
+
+    Top-level dialects: before the body's final ``}``. Nested ones: the chain of containers
+    is written again as the body's last pair, each with the next one last inside it, the
+    innermost with the pairs last inside it (or, for a batch, the list written again with each
+    element's ``per_element`` pairs); absent or null containers are created.
 
     A body of ``segmented_from`` bytes or more comes back as a ``SplicedBody`` whose client
     parts are views of ``body``; the bytes are the same either way.
     """
-    joined = b",".join(pairs)
     at = probe.insert_at
     lead = b"," if probe.needs_comma else b""
-    middle: list[Segment]
-    if not probe.generate:
-        insertion = lead + joined
+    keys = probe.dialect.container
+    if not keys:
+        assert pairs is not None
+        insertion = lead + b",".join(pairs)
         if len(body) < segmented_from:  # the common case, kept to two concatenations
             return body[:at] + insertion + body[at:]
-        middle = [insertion]
-    elif probe.sampling_params is None:  # absent or null: create it
-        middle = [lead + _SAMPLING_PARAMS_KEY + b"{" + joined + b"}"]
+        middle: list[Segment] = [insertion]
     else:
-        # Re-state the winning sampling_params with our pairs last inside it; placed last in the
-        # body, it wins over the client's copy (json.loads: last key wins).
-        view = memoryview(probe.sampling_params)
-        inner_lead = b"" if _EMPTY_OBJECT.fullmatch(view) else b","
-        middle = [b"," + _SAMPLING_PARAMS_KEY, view[:-1], inner_lead + joined + b"}"]
+        chain = probe.chain
+        if per_element is not None:
+            assert probe.batch is not None
+            value: list[Segment] = [b"["]
+            for i, (reading, element_pairs) in enumerate(zip(probe.batch, per_element, strict=True)):
+                if i:
+                    value.append(b",")
+                if element_pairs:
+                    value += _restated(reading.raw, [b",".join(element_pairs)])
+                else:
+                    assert reading.raw is not None  # a null element always gets pairs
+                    value.append(memoryview(reading.raw))
+            value.append(b"]")
+        else:
+            assert pairs is not None
+            value = _restated(probe.raw, [b",".join(pairs)])
+        for depth in range(len(keys) - 2, -1, -1):  # the containers above the innermost one
+            raw = chain[depth] if depth < len(chain) else None
+            value = _restated(raw, [_key(keys[depth + 1]), *value])
+        middle = [lead, _key(keys[0]), *value]
     if len(body) < segmented_from:
         return b"".join((body[:at], *middle, body[at:]))
     whole = memoryview(body)
     return SplicedBody((whole[:at], *middle, whole[at:]))
+
+
+def _key(name: str) -> bytes:
+    return b'"' + name.encode() + b'":'
+
+
+def splice_form(probe: Probe, body: bytes, parts: list[bytes], injected: Mapping[str, bytes]) -> RequestBody:
+    """Append the form fields (``form.form_part``) after the last part of a multipart body: of a
+    repeated field the engine reads the last (SPEC §5.1). Refused unless the parser then reads
+    the ``injected`` values last (``form.check_injected``)."""
+    assert isinstance(probe, FormProbe)
+    at = probe.insert_at
+    if at < 0:
+        raise BadRequest("cannot locate the end of this multipart/form-data body")
+    delimiter = b"\r\n--" + probe.boundary
+    insertion = b"".join(delimiter + part for part in parts)
+    spliced: RequestBody
+    if len(body) < SEGMENTED_FROM:
+        spliced = body[:at] + insertion + body[at:]
+    else:
+        whole = memoryview(body)
+        spliced = SplicedBody((whole[:at], insertion, whole[at:]))
+    check_injected(probe, body_segments(spliced), dict(injected))
+    return spliced

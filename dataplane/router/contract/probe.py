@@ -36,6 +36,7 @@ import msgspec
 from controlplane.contracts.fields import FIELDS
 from dataplane.errors import BadRequest
 from dataplane.router.contract.coercion import str_as_bool, str_as_float, str_as_int
+from dataplane.router.contract.dialects import CHAT, DIALECTS, Dialect
 
 ABSENT: Final = 0
 NUMBER: Final = 1
@@ -104,68 +105,127 @@ def _on_routing_value(kind: type, value: object) -> object:
     return _MARKERS[kind]
 
 
-def _sampling_struct(name: str, *, routing: bool, sampling: bool, nested: bool) -> type[msgspec.Struct]:
-    fields: list[tuple[str, object, object]] = []
-    if sampling:
-        fields += [(f.name, msgspec.Raw, _ABSENT_RAW) for f in FIELDS]
-    if routing:
-        fields += [
-            ("model", _Model, None),
-            ("stream", _Stream, None),
-            ("max_tokens", _MaxTokens, None),
-            ("max_completion_tokens", _MaxCompletionTokens, None),
-        ]
-    if nested:
-        fields.append(("sampling_params", msgspec.Raw, _ABSENT_RAW))
+def _struct(name: str, fields: list[tuple[str, object, object]]) -> type[msgspec.Struct]:
     return msgspec.defstruct(name, fields, gc=False)
 
 
-_ChatBody = _sampling_struct("_ChatBody", routing=True, sampling=True, nested=False)
-_GenerateBody = _sampling_struct("_GenerateBody", routing=True, sampling=False, nested=True)
-_SamplingParams = _sampling_struct("_SamplingParams", routing=False, sampling=True, nested=False)
+_ROUTING_TYPES: Final[dict[str, type]] = {name: kind for kind, name in _ROUTING_NAMES.items()}
 
-# float_hook=float: a routing value like 1e400 reads as inf (as json.loads does) instead of
-# failing the whole decode; sampling values are Raw and never reach it.
-_CHAT_DECODER = msgspec.json.Decoder(_ChatBody, dec_hook=_on_routing_value, float_hook=float)
-_GENERATE_DECODER = msgspec.json.Decoder(_GenerateBody, dec_hook=_on_routing_value, float_hook=float)
-_SAMPLING_DECODER = msgspec.json.Decoder(_SamplingParams)
+
+class _Level:
+    """One object on a dialect's way to its fields: the decoder of that object and where its
+    values land. ``fields``: SPEC §2 indices of the sampling keys it holds, in Struct order
+    (first in the Struct); ``next_key``: the container key to go down (last in the Struct)."""
+
+    __slots__ = ("decoder", "fields", "next_key")
+
+    def __init__(
+        self, decoder: msgspec.json.Decoder[Any], fields: tuple[int, ...], next_key: str | None
+    ) -> None:
+        self.decoder = decoder
+        self.fields = fields
+        self.next_key = next_key
+
+
+class _Plan:
+    """A dialect compiled into decoders, built once (msgspec: codecs built once)."""
+
+    __slots__ = ("dialect", "levels", "routing", "top_is_leaf")
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        carried = [f for f in FIELDS if f.name in dialect.carried]
+        sampling: list[tuple[str, object, object]] = [(f.name, msgspec.Raw, _ABSENT_RAW) for f in carried]
+        indices = tuple(f.index for f in carried)
+        routing: list[tuple[str, object, object]] = [(k, _ROUTING_TYPES[k], None) for k in dialect.routing]
+        self.routing = bool(routing)
+        keys = dialect.container
+        levels: list[_Level] = []
+        # The top level: the fields themselves (top-level dialects) or the first container key.
+        top = sampling + routing if not keys else [*routing, (keys[0], msgspec.Raw, _ABSENT_RAW)]
+        top_decoder = msgspec.json.Decoder(
+            _struct(f"_{dialect.name}_body", top),
+            # float_hook=float: a routing value like 1e400 reads as inf (as json.loads does)
+            # instead of failing the whole decode; sampling values are Raw and never reach it.
+            dec_hook=_on_routing_value if routing else None,
+            float_hook=float,
+        )
+        levels.append(_Level(top_decoder, () if keys else indices, keys[0] if keys else None))
+        for depth, key in enumerate(keys[1:], start=1):
+            inner = _struct(f"_{dialect.name}_{keys[depth - 1]}", [(key, msgspec.Raw, _ABSENT_RAW)])
+            levels.append(_Level(msgspec.json.Decoder(inner), (), key))
+        if keys:
+            leaf = _struct(f"_{dialect.name}_{keys[-1]}", sampling)
+            levels.append(_Level(msgspec.json.Decoder(leaf), indices, None))
+        self.levels = tuple(levels)
+        self.top_is_leaf = not keys
+
+
+_PLANS: Final = tuple(_Plan(d) for d in DIALECTS.values())  # by Dialect.index
+# What ``probe_body`` needs first, as one tuple per dialect (unpacked at once: cheaper than the
+# attribute reads on the per-request path): the top level's decode, its field indices (None for
+# nested dialects), the dialect's gate flag, the plan.
+_TOPS: Final = tuple(
+    (p.levels[0].decoder.decode, p.levels[0].fields if p.top_is_leaf else None, p.dialect.gate, p)
+    for p in _PLANS
+)
+_RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 _STRING_DECODER = msgspec.json.Decoder(str)
 _N_FIELDS: Final = len(FIELDS)
 _INTEGRAL: Final = tuple(f.integral for f in FIELDS)
 
 
-class Probe:
-    """What the router needs from one body: routing keys and the eight sampling values."""
+class Reading:
+    """The sampling values of one object holding them: per SPEC §2 index ABSENT / NUMBER /
+    UNUSABLE, and the value where NUMBER. ``raw``: that object (a zero-copy view of the
+    body), or None when it is absent or null and must be created to inject."""
+
+    __slots__ = ("raw", "states", "values")
+
+    def __init__(self, raw: msgspec.Raw | None = None) -> None:
+        self.raw = raw
+        self.states: list[int] = [ABSENT] * _N_FIELDS
+        self.values: list[float] = [0.0] * _N_FIELDS
+
+
+_NO_CHAIN: Final[list[msgspec.Raw | None]] = []  # top-level dialects (never mutated)
+
+
+class Probe(Reading):
+    """What the router needs from one body (SPEC §4): routing keys, and the sampling values of
+    the object holding them (the probe is that ``Reading``; a batch has one per element)."""
 
     __slots__ = (
-        "generate",
+        "batch",
+        "chain",
+        "dialect",
         "insert_at",
         "max_completion_tokens",
         "max_tokens",
         "model",
         "needs_comma",
-        "sampling_params",
-        "states",
         "stream",
-        "values",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, dialect: Dialect) -> None:
+        # Base-class state, set inline (no super() call on the per-request path).
+        self.raw = None
+        self.states = [ABSENT] * _N_FIELDS
+        self.values = [0.0] * _N_FIELDS
+        self.dialect = dialect
         self.model: str | None = None
         self.stream: bool | None = None
         self.max_tokens: int | None = None
         self.max_completion_tokens: int | None = None
-        # Per SPEC §2 field index: ABSENT / NUMBER / UNUSABLE, and the value where NUMBER.
-        self.states: list[int] = [ABSENT] * _N_FIELDS
-        self.values: list[float] = [0.0] * _N_FIELDS
+        # Nested dialects: the winning value of each container key on the way down (views of
+        # the body), None where absent or null.
+        self.chain = _NO_CHAIN
+        # A batch (the innermost container was a list): one reading per element; else None.
+        self.batch: list[Reading] | None = None
         # Offset of the body's final '}' and whether a pair appended there needs a comma
         # (False only for an empty object).
         self.insert_at: int = -1
         self.needs_comma: bool = True
-        self.generate: bool = False
-        # /generate only: the winning sampling_params object (a zero-copy view of the body),
-        # or None when it is absent or null and must be created.
-        self.sampling_params: msgspec.Raw | None = None
 
 
 def _read_number_literal(text: bytes, integral: bool) -> tuple[int, float]:
@@ -209,7 +269,8 @@ def _read_string(raw: msgspec.Raw, integral: bool) -> tuple[int, float]:
     return (UNUSABLE, 0.0) if f is None else (NUMBER, f)
 
 
-def _read_uncached(raw: msgspec.Raw, text: bytes, integral: bool) -> tuple[int, float]:
+def _read_lax(raw: msgspec.Raw, text: bytes, integral: bool) -> tuple[int, float]:
+    """A value as the route's pydantic model reads it in lax mode (SPEC §4)."""
     first = text[0]
     if first == 0x6E:  # n: null is absent (SPEC §4), even for non-Optional fields
         return ABSENT, 0.0
@@ -224,44 +285,63 @@ def _read_uncached(raw: msgspec.Raw, text: bytes, integral: bool) -> tuple[int, 
     return _read_number_literal(text, integral)
 
 
+def _read_gate(raw: msgspec.Raw, text: bytes, integral: bool) -> tuple[int, float]:
+    """A value as the ``/generate`` schema gate takes it (SPEC §4): a JSON number, and for an
+    int field a JSON integer (``40.0`` and ``4e1`` refused); null absent; anything else
+    unusable. Dict-typed containers (Ollama ``options``, Vertex ``parameters``) hand values to
+    ``SamplingParams`` as they are, where a bool is sampled as a number and a string never is:
+    read there the same way, so neither is read as a number."""
+    first = text[0]
+    if first == 0x6E:  # null
+        return ABSENT, 0.0
+    if first != 0x2D and not 0x30 <= first <= 0x39:  # not a number literal
+        return UNUSABLE, 0.0
+    if integral and (b"." in text or b"e" in text or b"E" in text):
+        return UNUSABLE, 0.0
+    return _read_number_literal(text, integral)
+
+
 # Clients repeat a handful of literals ("0.7", "1", "0.95"): readings of short values are kept,
-# per field type, in a bounded table (a client cycling literals only makes it start over).
+# per reading and field type, in a bounded table (a client cycling literals only makes it start
+# over). Index: integral + 2 * gate.
 _CACHE_LIMIT: Final = 1024
 _CACHED_BYTES: Final = 24
-_readings: Final[tuple[dict[bytes, tuple[int, float]], dict[bytes, tuple[int, float]]]] = ({}, {})
+_readings: Final[tuple[dict[bytes, tuple[int, float]], ...]] = ({}, {}, {}, {})
+_READERS: Final = (_read_lax, _read_lax, _read_gate, _read_gate)
 
 
-def read_value(raw: msgspec.Raw, integral: bool) -> tuple[int, float]:
-    """One sampling value (SPEC §4): null absent; numbers, bools and numeric strings read as
-    the engine reads them for the field's type; anything else, or anything not read exactly,
-    unusable."""
+def read_value(raw: msgspec.Raw, integral: bool, gate: bool = False) -> tuple[int, float]:
+    """One sampling value (SPEC §4): null absent; numbers (and, read lax, bools and numeric
+    strings) read as the engine reads them for the field's type; anything else, or anything
+    not read exactly, unusable."""
     size = len(raw)
     if size > _MAX_VALUE_BYTES:
         # Arrays, objects, strings over 64 characters and absurd number literals alike.
         return UNUSABLE, 0.0
     text = bytes(raw)
+    kind = integral + 2 * gate
     if size > _CACHED_BYTES:
-        return _read_uncached(raw, text, integral)
-    table = _readings[integral]
+        return _READERS[kind](raw, text, integral)
+    table = _readings[kind]
     reading = table.get(text)
     if reading is None:
-        reading = _read_uncached(raw, text, integral)
+        reading = _READERS[kind](raw, text, integral)
         if len(table) >= _CACHE_LIMIT:
             table.clear()
         table[text] = reading
     return reading
 
 
-def _read_sampling(probe: Probe, raws: tuple[Any, ...]) -> bool:
-    """Fill the probe's states/values; True when any sampling key was present."""
-    states = probe.states
-    values = probe.values
+def _read_fields(reading: Reading, raws: tuple[Any, ...], fields: tuple[int, ...], gate: bool) -> bool:
+    """Fill ``reading`` from the Struct values ``raws`` (their first ``len(fields)`` are the
+    sampling keys, SPEC §2 indices ``fields``); True when any sampling key was present."""
     present = False
-    for i in range(_N_FIELDS):
-        raw = raws[i]
+    for slot in range(len(fields)):
+        raw = raws[slot]
         if raw is not _ABSENT_RAW:
             present = True
-            states[i], values[i] = read_value(raw, _INTEGRAL[i])
+            index = fields[slot]
+            reading.states[index], reading.values[index] = read_value(raw, _INTEGRAL[index], gate)
     return present
 
 
@@ -319,40 +399,101 @@ def _locate_insertion(probe: Probe, body: bytes, has_keys: bool) -> None:
         probe.needs_comma = _EMPTY_OBJECT.fullmatch(body) is None
 
 
-def probe_body(body: bytes, *, generate: bool = False) -> Probe:
-    """Probe a request body (SPEC §4); ``generate`` reads the fields under ``sampling_params``.
+def _first_byte(raw: msgspec.Raw) -> int:
+    return memoryview(raw)[0]
+
+
+def _decode_object(decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw) -> tuple[Any, ...]:
+    try:
+        return msgspec.structs.astuple(decoder.decode(raw))
+    except RecursionError:
+        raise BadRequest(_BODY_NOT_OBJECT) from None
+
+
+def _descend(probe: Probe, plan: _Plan, raw: msgspec.Raw) -> None:
+    """Read the fields under the container keys, from the value of the first one."""
+    dialect = plan.dialect
+    keys = dialect.container
+    gate = dialect.gate
+    levels = plan.levels
+    chain: list[msgspec.Raw | None] = []
+    probe.chain = chain
+    for depth in range(1, len(levels)):
+        key = keys[depth - 1]
+        first = _first_byte(raw) if raw is not _ABSENT_RAW else 0x6E
+        if first == 0x6E:  # absent or null: created, with every field absent (SPEC §3.3)
+            chain.append(None)
+            return
+        level = levels[depth]
+        if first == 0x5B and dialect.batch and level.next_key is None:  # [: a batch
+            chain.append(raw)
+            probe.batch = _read_batch(key, level, raw, gate)
+            return
+        if first != 0x7B:
+            what = (
+                "an object or a list of objects" if dialect.batch and level.next_key is None else "an object"
+            )
+            raise BadRequest(f"{key} must be {what}")
+        chain.append(raw)
+        values = _decode_object(level.decoder, raw)
+        if level.next_key is None:
+            probe.raw = raw
+            _read_fields(probe, values, level.fields, gate)
+            return
+        raw = values[0]
+
+
+def _read_batch(key: str, level: _Level, raw: msgspec.Raw, gate: bool) -> list[Reading]:
+    """A batch: one object (or null) per prompt, each judged and injected into on its own."""
+    try:
+        elements = _RAW_LIST_DECODER.decode(raw)
+    except RecursionError:
+        raise BadRequest(_BODY_NOT_OBJECT) from None
+    if not elements:
+        # Nothing to inject into: the engine would sample with its own values.
+        raise BadRequest(f"{key} must not be an empty list")
+    batch: list[Reading] = []
+    for element in elements:
+        first = _first_byte(element)
+        if first == 0x6E:
+            batch.append(Reading())
+        elif first == 0x7B:
+            reading = Reading(element)
+            _read_fields(reading, _decode_object(level.decoder, element), level.fields, gate)
+            batch.append(reading)
+        else:
+            raise BadRequest(f"{key} must be an object or a list of objects")
+    return batch
+
+
+def probe_body(body: bytes, dialect: Dialect = CHAT) -> Probe:
+    """Probe a JSON request body for ``dialect`` (SPEC §4, §5.1).
 
     Raises ``BadRequest`` for a body that is not one JSON object, a repeated routing key, a
-    non-string model, an unreadable stream flag, or (``generate``) a non-object sampling_params.
+    non-string model, an unreadable stream flag, or a container key holding something else
+    than an object (or, for a batch, a non-empty list of objects).
     """
+    decode, fields, gate, plan = _TOPS[dialect.index]
     seen = _seen.values
     seen.clear()
     try:
-        decoded = (_GENERATE_DECODER if generate else _CHAT_DECODER).decode(body)
+        decoded = decode(body)
     except (msgspec.DecodeError, RecursionError):
+        seen.clear()
         raise BadRequest(_BODY_NOT_OBJECT) from None
-    probe = Probe()
+    probe = Probe(dialect)
     has_keys = bool(seen)
     if has_keys:
         _read_routing(probe, seen)
         seen.clear()
-    fields = msgspec.structs.astuple(decoded)
-    if generate:
-        probe.generate = True
-        raw = fields[4]
+    values = msgspec.structs.astuple(decoded)
+    if fields is not None:
+        if _read_fields(probe, values, fields, gate):
+            has_keys = True
+    else:
+        raw = values[-1]
         if raw is not _ABSENT_RAW:
             has_keys = True
-            first = bytes(memoryview(raw)[:1])
-            if first == b"{":
-                probe.sampling_params = raw
-                try:
-                    nested = _SAMPLING_DECODER.decode(raw)
-                except RecursionError:
-                    raise BadRequest(_BODY_NOT_OBJECT) from None
-                _read_sampling(probe, msgspec.structs.astuple(nested))
-            elif first != b"n":
-                raise BadRequest("sampling_params must be an object")
-    elif _read_sampling(probe, fields):
-        has_keys = True
+        _descend(probe, plan, raw)
     _locate_insertion(probe, body, has_keys)
     return probe

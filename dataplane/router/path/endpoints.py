@@ -16,7 +16,7 @@ from dataplane.errors import (
     NoHealthyWorkers,
 )
 from dataplane.http import Responder
-from dataplane.router.contract.routes import JUDGED, canonical_path, split_target
+from dataplane.router.contract.routes import MODELS_PREFIX, ROUTER_PATHS, RouteTable
 from dataplane.router.headers import Headers
 from dataplane.router.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from dataplane.router.metrics import RouterMetrics, RouteStats
@@ -25,8 +25,7 @@ from dataplane.router.state import RouterState
 JSON: Headers = [(b"content-type", b"application/json")]
 _encode = msgspec.json.Encoder().encode
 _OK = b'{"status":"ok"}'
-_MODEL_PREFIX = b"/v1/models/"
-_GET_PATHS = frozenset((b"/v1/models", b"/health", b"/readiness", b"/metrics", b"/contract"))
+_MODEL_PREFIX = MODELS_PREFIX.encode()
 
 # An answer is given at once (its status), or by a coroutine (/metrics under --processes).
 Answer = Callable[[Responder], int | Coroutine[Any, Any, int]]
@@ -35,18 +34,20 @@ Answer = Callable[[Responder], int | Coroutine[Any, Any, int]]
 class Endpoints:
     """Maps a GET path to its stats and answer."""
 
-    def __init__(self, state: RouterState, metrics: RouterMetrics) -> None:
+    def __init__(self, state: RouterState, metrics: RouterMetrics, routes: RouteTable) -> None:
         self._state = state
+        self._routes = routes.to_json()
         self._metrics = metrics
+        answers: dict[str, Answer] = {
+            "/v1/models": self.models,
+            "/health": self.health,
+            "/readiness": self.readiness,
+            "/metrics": self.metrics,
+            "/contract": self.contract,
+        }
+        assert set(answers) == set(ROUTER_PATHS)
         self._table: dict[bytes, tuple[RouteStats, Answer]] = {
-            path: (metrics.route(path.decode()), answer)
-            for path, answer in (
-                (b"/v1/models", self.models),
-                (b"/health", self.health),
-                (b"/readiness", self.readiness),
-                (b"/metrics", self.metrics),
-                (b"/contract", self.contract),
-            )
+            path.encode(): (metrics.route(path), answer) for path, answer in answers.items()
         }
 
         self._model_stats = metrics.route("/v1/models/{model}")
@@ -100,24 +101,13 @@ class Endpoints:
         return 200
 
     def contract(self, responder: Responder) -> int:
-        """The contract set and revision applied (JSON)."""
+        """The contract set and revision applied, and the route table (JSON, SPEC §5, §5.1)."""
         contracts = self._state.contracts
         if contracts is None:
             return responder.answer_error(ContractUnavailable())
-        responder.respond(200, JSON, _encode(contracts.to_json()))
+        responder.respond(200, JSON, _encode({**contracts.to_json(), "routes": self._routes}))
         return 200
 
 
 def _model_object(model: str) -> dict[str, object]:
     return {"id": model, "object": "model", "created": 0, "owned_by": "fleetplane"}
-
-
-def route_name(target: bytes) -> str:
-    """The metrics route of a request target, for answers the HTTP server gives on its own
-    (413, 400, 408, 431: SPEC §8 counts them too); the same names the proxy uses."""
-    path = canonical_path(split_target(target)[0])
-    if path in JUDGED or path in _GET_PATHS:
-        return path.decode()
-    if path.startswith(_MODEL_PREFIX):
-        return "/v1/models/{model}"
-    return "/v1/*" if path.startswith(b"/v1/") else "other"

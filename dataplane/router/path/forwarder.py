@@ -43,6 +43,15 @@ from dataplane.router.path.relay import CLIENT_CLOSED, outcome_of, relay
 from dataplane.router.upstream.h1.pool import H1Pool
 
 
+def forwarded_headers(request: Request, judged: bool) -> Headers:
+    """The request's headers as a worker gets them (``headers.end_to_end``; a judged body that
+    is content-coded is refused there, before admission, SPEC §5.1)."""
+    headers = end_to_end(request.headers, judged=judged)
+    if request.http2:
+        headers = without_control_chars(headers)
+    return headers
+
+
 @dataclass(frozen=True, slots=True)
 class ProxyConfig:
     request_timeout_s: float
@@ -83,6 +92,7 @@ class Forwarder:
         responder: Responder,
         target: bytes,
         body: RequestBody,
+        headers: Headers,
         group: tuple[Worker, ...],
         extra: Headers,
         stream: bool,
@@ -93,24 +103,25 @@ class Forwarder:
         """
         slot = self._admission.try_acquire()
         if slot is None:
-            return self._run(stats, started, request, responder, target, body, group, extra, stream)
+            return self._run(stats, started, request, responder, target, body, headers, group, extra, stream)
         if len(group) == 1:
             worker = group[0]
             if not worker.healthy:
-                return self._run(stats, started, request, responder, target, body, group, extra, stream, slot)
+                return self._run(
+                    stats, started, request, responder, target, body, headers, group, extra, stream, slot
+                )
         else:
             candidates = [w for w in group if w.healthy]
             if not candidates:
-                return self._run(stats, started, request, responder, target, body, group, extra, stream, slot)
+                return self._run(
+                    stats, started, request, responder, target, body, headers, group, extra, stream, slot
+                )
             worker = self._balancer.pick(candidates) if len(candidates) > 1 else candidates[0]
         pool = worker.pool
         if not isinstance(pool, H1Pool):
             return self._run(
-                stats, started, request, responder, target, body, group, extra, stream, slot, worker
+                stats, started, request, responder, target, body, headers, group, extra, stream, slot, worker
             )
-        headers = end_to_end(request.headers)
-        if request.http2:
-            headers = without_control_chars(headers)
         exchange = Exchange(self, stats, started, request, responder, worker, slot, extra, stream)
         worker.inflight += 1
         try:
@@ -128,7 +139,19 @@ class Forwarder:
             worker.record_failure()
             self._metrics.upstream_outcome(worker.url, worker.protocol, UNREACHABLE)
             return self._run(
-                stats, started, request, responder, target, body, group, extra, stream, slot, worker, True
+                stats,
+                started,
+                request,
+                responder,
+                target,
+                body,
+                headers,
+                group,
+                extra,
+                stream,
+                slot,
+                worker,
+                True,
             )
         except BaseException:
             worker.inflight -= 1
@@ -137,7 +160,7 @@ class Forwarder:
         if conn is None:  # nothing idle: connect in the task
             worker.inflight -= 1
             return self._run(
-                stats, started, request, responder, target, body, group, extra, stream, slot, worker
+                stats, started, request, responder, target, body, headers, group, extra, stream, slot, worker
             )
         exchange.conn = conn
         responder.on_disconnect(exchange.on_client_gone)
@@ -151,6 +174,7 @@ class Forwarder:
         responder: Responder,
         target: bytes,
         body: RequestBody,
+        headers: Headers,
         group: tuple[Worker, ...],
         extra: Headers,
         stream: bool,
@@ -184,7 +208,7 @@ class Forwarder:
             if slot is not None:
                 try:
                     status = await self._forward(
-                        request, responder, target, body, group, extra, stream, first, unreachable
+                        request, responder, target, body, headers, group, extra, stream, first, unreachable
                     )
                 finally:
                     slot.release()
@@ -209,15 +233,13 @@ class Forwarder:
         responder: Responder,
         target: bytes,
         body: RequestBody,
+        headers: Headers,
         group: Sequence[Worker],
         extra: Headers,
         stream: bool,
         first: Worker | None = None,
         unreachable: bool = False,
     ) -> int:
-        headers = end_to_end(request.headers)
-        if request.http2:
-            headers = without_control_chars(headers)
         config = self._config
         metrics = self._metrics
         tried: list[Worker] = []

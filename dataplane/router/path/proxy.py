@@ -1,10 +1,13 @@
-"""The request path (SPEC §3.3, §5; issue 6 item 2).
+"""The request path (SPEC §3.3, §5, §5.1).
 
-Judged endpoints: read body -> probe -> model lookup -> enforce the contract (inject / reject /
-allow) -> THEN admission -> pick a worker -> forward -> relay the answer. A request refused by
-the contract (or malformed, or for an unknown model) never takes a queue slot or reaches a
-worker. Other ``POST /v1/*`` paths skip the contract and go through the same admission and
-forwarding. The GET surface lives in ``endpoints``.
+Every request target is classified once (canonical path, ``contract.routes``) against the route
+table built at start-up: a judged route's request is read (probe of its dialect) -> model lookup
+-> the contract (inject / reject / allow) -> THEN admission -> pick a worker -> forward -> relay
+the answer. A request refused by the contract (or malformed, or for an unknown model) never takes
+a queue slot or reaches a worker. An unjudged route skips the contract and goes through the same
+admission and forwarding; the router's own GET surface lives in ``endpoints``; every other path
+is ``404 route_not_found`` (default-deny, SPEC §5.1). Requests are forwarded with the canonical
+path, so what was judged is what the engine serves.
 
 Forwarding, from admission on (the fast path through callbacks, the task path, retries), is the
 base class's: ``forwarder.Forwarder``.
@@ -31,22 +34,23 @@ from dataplane.router.admission import Admission
 from dataplane.router.balancer import Balancer
 from dataplane.router.body import RequestBody
 from dataplane.router.contract.enforce import enforce
-from dataplane.router.contract.probe import probe_body
-from dataplane.router.contract.routes import JUDGED, canonical_path, split_target
+from dataplane.router.contract.form import probe_form
+from dataplane.router.contract.probe import Probe, probe_body
+from dataplane.router.contract.routes import Route, RouteTable, canonical_path, split_target
 from dataplane.router.fleet.workers import Worker
 from dataplane.router.headers import Headers
 from dataplane.router.metrics import RouterMetrics, RouteStats
 from dataplane.router.path.endpoints import Endpoints
-from dataplane.router.path.forwarder import Forwarder, ProxyConfig
+from dataplane.router.path.forwarder import Forwarder, ProxyConfig, forwarded_headers
 from dataplane.router.state import RouterState
 
 _MAX_MODEL_IN_MESSAGE = 200
 _MAX_ROUTES = 1024
-# canonical path, target to forward a judged request with, /generate, stats if judged
-_Route = tuple[bytes, bytes, bool, "RouteStats | None"]
+# canonical path, the target to forward with (canonical path + query), the route (None: not
+# in the table), its stats
+_Target = tuple[bytes, bytes, "Route | None", RouteStats]
 _NONE: Headers = []  # no extra headers (never mutated)
 # RFC 9110 §15.5.6: a 405 names the methods the resource supports.
-_ALLOW_POST: Headers = [(b"allow", b"POST")]
 _ALLOW_GET: Headers = [(b"allow", b"GET, HEAD")]
 
 
@@ -60,15 +64,16 @@ class Proxy(Forwarder):
         balancer: Balancer[Worker],
         metrics: RouterMetrics,
         config: ProxyConfig,
+        routes: RouteTable,
     ) -> None:
         super().__init__(admission, balancer, metrics, config)
         self._state = state
-        self._endpoints = Endpoints(state, metrics)
-        self._other_stats = metrics.route("/v1/*")
+        self._table = routes
+        self._endpoints = Endpoints(state, metrics, routes)
         self._unknown_stats = metrics.route("other")
-        self._judged_stats = {path: metrics.route(path.decode()) for path in JUDGED}
-        # Request target -> its route (clients repeat a handful of targets; bounded).
-        self._routes: dict[bytes, _Route] = {}
+        self._route_stats = {route.path: metrics.route(route.path) for route in routes.routes}
+        # Request target -> its classification (clients repeat a handful of targets; bounded).
+        self._targets: dict[bytes, _Target] = {}
 
     def handle(self, request: Request, responder: Responder) -> Coroutine[Any, Any, None] | Deferred | None:
         """Answer at once (refusals, GET surface), forward through callbacks (``DEFERRED``), or
@@ -77,45 +82,52 @@ class Proxy(Forwarder):
         The HTTP server runs a returned coroutine as the request's task (``dataplane.http``).
         """
         started = perf_counter()
-        route = self._routes.get(request.path)
-        if route is None:
-            route = self._route(request.path)
-        path, target, generate, judged_stats = route
+        target = self._targets.get(request.path)
+        if target is None:
+            target = self._classify(request.path)
+        path, forward_to, route, stats = target
         method = request.method
-        if judged_stats is not None:
-            stats = judged_stats
-            if method != b"POST":
-                status = responder.answer_error(MethodNotAllowed(), _ALLOW_POST)
-            else:
-                judged = self._judge(request, responder, generate)
+        if route is not None:
+            if method not in route.methods:
+                status = responder.answer_error(MethodNotAllowed(), route.allow)
+            elif route.dialect is not None:
+                judged = self._judge(request, responder, route)
                 if isinstance(judged, int):
                     status = judged
                 else:
-                    body, group, extra, stream = judged
-                    return self._send(stats, started, request, responder, target, body, group, extra, stream)
-        elif (endpoint := self._endpoints.get(path)) is not None and (
-            method == b"GET" or method == b"HEAD"  # HEAD: the server sends the head only
-        ):
-            stats, answer = endpoint
-            answered = answer(responder)
-            if not isinstance(answered, int):  # /metrics of a --processes router (process_metrics)
-                return self._answer_later(stats, started, answered)
-            status = answered
-        elif method == b"POST" and path.startswith(b"/v1/"):
-            stats = self._other_stats
-            try:
-                _, group = self._group(_model_of(request.body))
-            except RouterError as err:
-                status = responder.answer_error(err, _NONE)
+                    body, headers, group, extra, stream = judged
+                    return self._send(
+                        stats, started, request, responder, forward_to, body, headers, group, extra, stream
+                    )
             else:
-                return self._send(
-                    stats, started, request, responder, request.path, request.body, group, _NONE, False
-                )
-        elif endpoint is not None:  # a GET endpoint asked with another method
-            stats = endpoint[0]
-            status = responder.answer_error(MethodNotAllowed(), _ALLOW_GET)
+                try:
+                    _, group = self._group(_model_of(request.body))
+                except RouterError as err:
+                    status = responder.answer_error(err, _NONE)
+                else:
+                    headers = forwarded_headers(request, False)
+                    return self._send(
+                        stats,
+                        started,
+                        request,
+                        responder,
+                        forward_to,
+                        request.body,
+                        headers,
+                        group,
+                        _NONE,
+                        False,
+                    )
+        elif (endpoint := self._endpoints.get(path)) is not None:
+            stats, answer = endpoint
+            if method == b"GET" or method == b"HEAD":  # HEAD: the server sends the head only
+                answered = answer(responder)
+                if not isinstance(answered, int):  # /metrics of a --processes router (process_metrics)
+                    return self._answer_later(stats, started, answered)
+                status = answered
+            else:
+                status = responder.answer_error(MethodNotAllowed(), _ALLOW_GET)
         else:
-            stats = self._unknown_stats
             status = responder.answer_error(RouteNotFound(), _NONE)
         stats.observe(status, perf_counter() - started)
         return None
@@ -125,40 +137,53 @@ class Proxy(Forwarder):
     ) -> None:
         stats.observe(await answer, perf_counter() - started)
 
-    def _route(self, target: bytes) -> _Route:
-        """Classify a request target (``routes``): canonical path, the target to forward a
-        judged request with, whether fields live under ``sampling_params``, judged stats."""
-        path, query = split_target(target)
+    def _classify(self, raw_target: bytes) -> _Target:
+        """Classify a request target (SPEC §5.1): its canonical path, the target to forward it
+        with, its route and the stats it is counted under."""
+        path, query = split_target(raw_target)
         path = canonical_path(path)
-        generate = JUDGED.get(path)
-        route = (
-            path,
-            path + query,
-            generate is True,
-            self._judged_stats[path] if generate is not None else None,
-        )
-        routes = self._routes
-        if len(routes) >= _MAX_ROUTES:
-            routes.clear()  # a client cycling targets only makes it start over
-        routes[target] = route
-        return route
+        route = self._table.lookup(path)
+        if route is not None:
+            stats = self._route_stats[route.path]
+        else:
+            endpoint = self._endpoints.get(path)
+            stats = endpoint[0] if endpoint is not None else self._unknown_stats
+        target = (path, path + query, route, stats)
+        targets = self._targets
+        if len(targets) >= _MAX_ROUTES:
+            targets.clear()  # a client cycling targets only makes it start over
+        targets[raw_target] = target
+        return target
+
+    def route_name(self, raw_target: bytes) -> str:
+        """The metrics route of a request target, for answers the HTTP server gives on its own
+        (413, 400, 408, 431: SPEC §8 counts them too); the same names ``handle`` uses."""
+        target = self._targets.get(raw_target) or self._classify(raw_target)
+        return target[3].route
 
     def _judge(
-        self, request: Request, responder: Responder, generate: bool
-    ) -> int | tuple[RequestBody, tuple[Worker, ...], Headers, bool]:
-        """Probe, model lookup, contract (SPEC §3.3): the body to forward, or the status answered."""
+        self, request: Request, responder: Responder, route: Route
+    ) -> int | tuple[RequestBody, Headers, tuple[Worker, ...], Headers, bool]:
+        """Probe, model lookup, contract (SPEC §3.3): the body and headers to forward, or the
+        status answered."""
         contracts = self._state.contracts
         if contracts is None:
             return responder.answer_error(ContractUnavailable(), _NONE)
         extra = contracts.revision_headers
+        dialect = route.dialect
+        assert dialect is not None
         try:
-            probe = probe_body(request.body, generate=generate)
+            headers = forwarded_headers(request, True)
+            if dialect.form:
+                probe: Probe = probe_form(request.body, request.header(b"content-type"), dialect)
+            else:
+                probe = probe_body(request.body, dialect)
             model, group = self._group(probe.model)
             body: RequestBody = request.body
             compiled = contracts.for_model(model)
             if compiled is not None:
                 try:
-                    body = enforce(compiled, probe, request.body)
+                    body = enforce(compiled, probe, request.body, route.path)
                 except SamplingContractViolation as violation:
                     self._state.count_rejection(
                         compiled.scope, violation.violated or (violation.param or "",)
@@ -166,7 +191,7 @@ class Proxy(Forwarder):
                     raise
         except RouterError as err:
             return responder.answer_error(err, extra)
-        return body, group, extra, probe.stream is True
+        return body, headers, group, extra, probe.stream is True
 
     def _group(self, model: str | None) -> tuple[str, tuple[Worker, ...]]:
         workers = self._state.workers

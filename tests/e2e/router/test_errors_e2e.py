@@ -61,7 +61,7 @@ def test_payload_too_large(two_models: RouterProcess) -> None:
 
 def test_unknown_path_and_wrong_method(two_models: RouterProcess) -> None:
     """Unknown paths are 404 not_found and a GET on a judged endpoint is 405, both in the envelope."""
-    assert _code(two_models.url, "/nope", b"{}") == (404, "not_found")
+    assert _code(two_models.url, "/nope", b"{}") == (404, "route_not_found")
     status, headers, body = two_models.get("/v1/chat/completions")
     assert error_of(status, headers, body)[:2] == (405, "method_not_allowed")
 

@@ -6,6 +6,7 @@ import pytest
 
 from controlplane.contracts import parse_contract_json
 from dataplane.errors import SamplingContractViolation, error_body
+from dataplane.router.contract.dialects import CHAT, GENERATE
 from dataplane.router.contract.enforce import compile_contract, enforce
 from dataplane.router.contract.probe import probe_body
 
@@ -14,7 +15,7 @@ SEED = '{"temperature": 1, "top_p": 0.95, "top_k": {"min": 1, "max": 50}, "n": 1
 
 def _run(contract: str, body: bytes, conflict: str = "reject", generate: bool = False) -> bytes:
     compiled = compile_contract(parse_contract_json(contract, conflict), scope="*", revision=7)
-    return enforce(compiled, probe_body(body, generate=generate), body)
+    return enforce(compiled, probe_body(body, GENERATE if generate else CHAT), body)
 
 
 def _violation(contract: str, body: bytes) -> SamplingContractViolation:

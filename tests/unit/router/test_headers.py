@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataplane.router.contract.routes import JUDGED, canonical_path, split_target
+from dataplane.router.contract.routes import DEFAULT_ROUTES, canonical_path, split_target
 from dataplane.router.headers import end_to_end, without_control_chars
 
 
@@ -72,7 +72,10 @@ def test_canonical_path_spellings() -> None:
     assert canonical_path(b"/../generate") == b"/generate"
 
 
-@given(st.sampled_from(sorted(JUDGED)), st.lists(st.sampled_from(["", ".", "%2F", "/"]), max_size=3))
+@given(
+    st.sampled_from(sorted(r.path.encode() for r in DEFAULT_ROUTES if "{" not in r.path)),
+    st.lists(st.sampled_from(["", ".", "%2F", "/"]), max_size=3),
+)
 def test_canonical_path_is_idempotent(path: bytes, noise: list[str]) -> None:
     """Canonicalising twice changes nothing, and noise around a judged path is removed."""
     spelled = path + "".join(noise).encode()

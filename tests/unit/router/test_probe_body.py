@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dataplane.errors import BadRequest
+from dataplane.router.contract.dialects import GENERATE
 from dataplane.router.contract.probe import ABSENT, NUMBER, UNUSABLE, probe_body
 
 TEMPERATURE, TOP_P, TOP_K, N = 0, 1, 2, 7
@@ -115,26 +116,40 @@ def test_insertion_point() -> None:
 
 def test_generate_reads_under_sampling_params() -> None:
     """/generate: fields under sampling_params; top-level model still read; top-level fields ignored."""
-    p = probe_body(
-        b'{"model":"m","temperature":2,"sampling_params":{"temperature":0.5,"n":"2"}}', generate=True
-    )
+    p = probe_body(b'{"model":"m","temperature":2,"sampling_params":{"temperature":0.5,"n":2}}', GENERATE)
     assert p.model == "m" and p.values[TEMPERATURE] == 0.5 and p.values[N] == 2.0
-    assert p.sampling_params is not None and bytes(p.sampling_params) == b'{"temperature":0.5,"n":"2"}'
+    assert p.raw is not None and bytes(p.raw) == b'{"temperature":0.5,"n":2}'
+
+
+def test_generate_reads_with_the_schema_gate() -> None:
+    """/generate: a float field takes JSON numbers only, an int field JSON integers only (SPEC §4)."""
+    p = probe_body(
+        b'{"sampling_params":{"temperature":"0.5","top_p":true,"top_k":40.0,"n":1e0,"min_p":0}}', GENERATE
+    )
+    assert p.states[:4] == [UNUSABLE, UNUSABLE, UNUSABLE, NUMBER] and p.states[N] == UNUSABLE
+    p = probe_body(b'{"sampling_params":{"temperature":1,"top_k":40,"n":-0}}', GENERATE)
+    assert (p.values[TEMPERATURE], p.values[TOP_K], p.values[N]) == (1.0, 40.0, 0.0)
 
 
 def test_generate_last_sampling_params_wins() -> None:
     """A repeated sampling_params: the last one is the engine's and the probe's."""
-    p = probe_body(b'{"sampling_params":{"temperature":0.5},"sampling_params":{"top_p":0.5}}', generate=True)
+    p = probe_body(b'{"sampling_params":{"temperature":0.5},"sampling_params":{"top_p":0.5}}', GENERATE)
     assert p.states[TEMPERATURE] == ABSENT and p.states[TOP_P] == NUMBER
-    p = probe_body(b'{"sampling_params":{"temperature":0.5},"sampling_params":null}', generate=True)
-    assert p.sampling_params is None and p.states[TEMPERATURE] == ABSENT
+    p = probe_body(b'{"sampling_params":{"temperature":0.5},"sampling_params":null}', GENERATE)
+    assert p.raw is None and p.chain == [None] and p.states[TEMPERATURE] == ABSENT
 
 
-@pytest.mark.parametrize("value", [b"5", b'"x"', b"[]", b"true"])
+@pytest.mark.parametrize("value", [b"5", b'"x"', b"true", b"[1]", b"[[]]"])
 def test_generate_non_object_sampling_params_is_a_bad_request(value: bytes) -> None:
-    """A present, non-null, non-object sampling_params is a 400."""
-    with pytest.raises(BadRequest, match="sampling_params must be an object"):
-        probe_body(b'{"sampling_params":' + value + b"}", generate=True)
+    """A present, non-null sampling_params that is neither an object nor a list of objects is a 400."""
+    with pytest.raises(BadRequest, match="sampling_params must be an object or a list of objects"):
+        probe_body(b'{"sampling_params":' + value + b"}", GENERATE)
+
+
+def test_generate_empty_batch_is_a_bad_request() -> None:
+    """An empty sampling_params list is a 400: there is nothing to inject into (SPEC §4)."""
+    with pytest.raises(BadRequest, match="sampling_params must not be an empty list"):
+        probe_body(b'{"sampling_params":[]}', GENERATE)
 
 
 def test_a_refused_body_leaves_no_state_behind() -> None:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 
 from controlplane.contracts import Band, ConflictPolicy, Exact, SamplingContract
 from dataplane.errors import BadRequest, SamplingContractViolation
+from dataplane.router.contract.dialects import CHAT, GENERATE
 from dataplane.router.contract.enforce import compile_contract, enforce
 from dataplane.router.contract.probe import probe_body
 from tests.fakes.sampling import (
@@ -29,7 +30,7 @@ def _check_forwarded(contract: SamplingContract, body: bytes, *, generate: bool)
     """Assert the invariant for one body; say what happened (for the coverage assertions)."""
     compiled = compile_contract(contract, scope="*", revision=1)
     try:
-        probe = probe_body(body, generate=generate)
+        probe = probe_body(body, GENERATE if generate else CHAT)
         forwarded = enforce(compiled, probe, body)
     except BadRequest:
         return "bad_request"

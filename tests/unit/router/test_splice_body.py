@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from controlplane.contracts import FIELD_BY_NAME, ConflictPolicy, Exact, SamplingContract
 from dataplane.errors import BadRequest, SamplingContractViolation
 from dataplane.router.body import SplicedBody
+from dataplane.router.contract.dialects import CHAT, GENERATE
 from dataplane.router.contract.enforce import SEGMENTED_FROM, compile_contract, enforce, splice
 from dataplane.router.contract.probe import ABSENT, probe_body
 from tests.fakes.sampling import (
@@ -39,7 +40,7 @@ def _check(seed: int, *, generate: bool) -> None:
     contract = random_contract(rng, rng.choice(list(ConflictPolicy)))
     body = (random_generate_body if generate else random_chat_body)(rng, contract_hints(contract))
     try:
-        probe = probe_body(body, generate=generate)
+        probe = probe_body(body, GENERATE if generate else CHAT)
         out = enforce(compile_contract(contract, scope="*", revision=1), probe, body)
     except (BadRequest, SamplingContractViolation):
         return
@@ -97,7 +98,7 @@ def test_segments_carry_the_spliced_bytes(seed: int, generate: bool) -> None:
     rng = random.Random(seed)
     body = (random_generate_body if generate else random_chat_body)(rng, [])
     try:
-        probe = probe_body(body, generate=generate)
+        probe = probe_body(body, GENERATE if generate else CHAT)
     except BadRequest:
         return
     pairs = [b'"top_p":0.5', b'"n":1']
