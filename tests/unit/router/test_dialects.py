@@ -95,7 +95,12 @@ def test_ollama_restates_the_clients_options_last() -> None:
     body = b'{"model":"m","options":{"num_predict":8,"temperature":1}}'
     forwarded = _forward(body, OLLAMA)
     assert forwarded == body[:-1] + b',"options":{"num_predict":8,"temperature":1,"top_p":0.95,"top_k":40}}'
-    assert json.loads(forwarded)["options"] == {"num_predict": 8, "temperature": 1, "top_p": 0.95, "top_k": 40}
+    assert json.loads(forwarded)["options"] == {
+        "num_predict": 8,
+        "temperature": 1,
+        "top_p": 0.95,
+        "top_k": 40,
+    }
 
 
 @pytest.mark.parametrize(
@@ -177,7 +182,9 @@ def test_allow_injects_on_every_dialect_but_never_rewrites() -> None:
     contract = '{"temperature": 1}'
     body = b'{"model":"m","options":{"temperature":"hot"}}'
     assert _forward(body, OLLAMA, contract, "allow") == body
-    assert json.loads(_forward(b'{"model":"m"}', OLLAMA, contract, "allow"))["options"] == {"temperature": 1.0}
+    assert json.loads(_forward(b'{"model":"m"}', OLLAMA, contract, "allow"))["options"] == {
+        "temperature": 1.0
+    }
 
 
 def test_large_nested_bodies_are_spliced_as_segments() -> None:
@@ -186,7 +193,12 @@ def test_large_nested_bodies_are_spliced_as_segments() -> None:
     compiled = compile_contract(parse_contract_json(CONTRACT, "reject"), scope="*", revision=1)
     forwarded = enforce(compiled, probe_body(body, OLLAMA), body, "/api/chat")
     assert isinstance(forwarded, SplicedBody)
-    assert json.loads(bytes(forwarded))["options"] == {"seed": 1, "temperature": 1.0, "top_p": 0.95, "top_k": 40}
+    assert json.loads(bytes(forwarded))["options"] == {
+        "seed": 1,
+        "temperature": 1.0,
+        "top_p": 0.95,
+        "top_k": 40,
+    }
 
 
 @pytest.mark.parametrize("name", [b"content-encoding", b"x-body-compressed"])

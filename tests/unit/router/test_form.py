@@ -19,11 +19,14 @@ ROUTE = "/v1/audio/transcriptions"
 def form(*fields: tuple[str, bytes], audio: bytes = b"RIFF....WAVE", filename: bool = False) -> bytes:
     """A multipart body: the audio file first, then ``fields`` (a field with ``filename`` if asked)."""
     parts = [
-        b'Content-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\n' + audio
+        b'Content-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\n'
+        + audio
     ]
     for name, value in fields:
         extra = b'; filename="t.txt"' if filename else b""
-        parts.append(b'Content-Disposition: form-data; name="' + name.encode() + b'"' + extra + b"\r\n\r\n" + value)
+        parts.append(
+            b'Content-Disposition: form-data; name="' + name.encode() + b'"' + extra + b"\r\n\r\n" + value
+        )
     return b"".join(b"--" + BOUNDARY + b"\r\n" + p + b"\r\n" for p in parts) + b"--" + BOUNDARY + b"--\r\n"
 
 
@@ -45,7 +48,9 @@ def _forward(body: bytes, contract: str = '{"temperature": 1}') -> bytes:
         (b"9" * 2000, UNUSABLE, 0.0),
     ],
 )
-def test_temperature_is_read_as_fastapi_reads_a_float_form_field(value: bytes, state: int, number: float) -> None:
+def test_temperature_is_read_as_fastapi_reads_a_float_form_field(
+    value: bytes, state: int, number: float
+) -> None:
     """The form value is a string validated as pydantic's lax float (SPEC §4 string rules)."""
     p = probe_form(form(("temperature", value)), CONTENT_TYPE)
     assert p.states[0] == state
@@ -71,7 +76,9 @@ def test_injection_appends_a_field_before_the_closing_delimiter() -> None:
     forwarded = _forward(body)
     assert forwarded == body.replace(
         b"\r\n--" + BOUNDARY + b"--",
-        b'\r\n--' + BOUNDARY + b'\r\nContent-Disposition: form-data; name="temperature"\r\n\r\n1.0\r\n--'
+        b"\r\n--"
+        + BOUNDARY
+        + b'\r\nContent-Disposition: form-data; name="temperature"\r\n\r\n1.0\r\n--'
         + BOUNDARY
         + b"--",
     )
@@ -87,11 +94,13 @@ def test_an_empty_temperature_is_overridden_by_the_injected_one() -> None:
 
 def test_a_different_temperature_is_a_violation_and_other_fields_cannot_be_carried() -> None:
     """A conflicting value is refused; a contracted top_p cannot be set on this route at all."""
-    with pytest.raises(SamplingContractViolation, match="got 0.2, expected 1"):
+    with pytest.raises(SamplingContractViolation, match=r"got 0\.2, expected 1"):
         _forward(form(("temperature", b"0.2")))
     with pytest.raises(SamplingContractViolation) as caught:
         _forward(form(), '{"top_p": 0.9}')
-    assert caught.value.message.endswith(f"top_p violates this deployment's sampling contract: cannot be set on {ROUTE}")
+    assert caught.value.message.endswith(
+        f"top_p violates this deployment's sampling contract: cannot be set on {ROUTE}"
+    )
 
 
 def test_large_audio_is_not_kept_and_is_spliced_as_segments() -> None:
@@ -112,7 +121,11 @@ def test_large_audio_is_not_kept_and_is_spliced_as_segments() -> None:
         (b"multipart/form-data", b"x", "without a boundary"),
         (CONTENT_TYPE, b"--other\r\n\r\nx\r\n--other--", "multipart/form-data body"),
         (CONTENT_TYPE, form()[:-20], "incomplete"),
-        (CONTENT_TYPE, b"--" + BOUNDARY + b"\r\nX: y\r\n\r\nv\r\n--" + BOUNDARY + b"--\r\n", 'no Content-Disposition "name"'),
+        (
+            CONTENT_TYPE,
+            b"--" + BOUNDARY + b"\r\nX: y\r\n\r\nv\r\n--" + BOUNDARY + b"--\r\n",
+            'no Content-Disposition "name"',
+        ),
     ],
 )
 def test_bodies_the_router_cannot_read_exactly_are_bad_requests(
