@@ -1,4 +1,4 @@
-"""fleetplane's HTTP server: HTTP/1.1 and h2c prior knowledge on one listener (SPEC §5, issue 6).
+"""fleetplane's HTTP server: HTTP/1.1 and h2c prior knowledge on one listener (SPEC §5).
 
 Used by the router's front door and by ``engine-sim``. Protocol-level (``asyncio.Protocol``,
 httptools, h2), bytes in and bytes out, works on uvloop or plain asyncio (install the uvloop

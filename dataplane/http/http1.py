@@ -189,7 +189,7 @@ class Http1Connection(WriteBackpressure):
     def on_body(self, body: bytes) -> None:
         size = self._body_bytes + len(body)
         if size > self._max_body:
-            # Chunked bodies are counted as they arrive (issue 6): refuse at the first excess byte.
+            # Chunked bodies are counted as they arrive: refuse at the first excess byte.
             self._error = TOO_LARGE
             raise _Stop
         self._body_bytes = size

@@ -1,4 +1,4 @@
-"""Limits of the shared HTTP server (SPEC §5, issue 6 item 1): one frozen settings struct."""
+"""Limits of the shared HTTP server (SPEC §5): one frozen settings struct."""
 
 from __future__ import annotations
 

@@ -172,7 +172,7 @@ Handler = Callable[[Request, Responder], Awaitable[None] | Deferred | None]
 def dispatch(
     loop: asyncio.AbstractEventLoop, handler: Handler, request: Request, responder: Responder
 ) -> asyncio.Task[None] | None:
-    """Call the handler; run what it returns as a task. Handler bugs answer 500 (issue 6)."""
+    """Call the handler; run what it returns as a task. Handler bugs answer 500 (SPEC §5 ``internal_error``)."""
     try:
         pending = handler(request, responder)
     except Exception:

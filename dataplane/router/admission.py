@@ -1,4 +1,4 @@
-"""Admission control (SPEC §5, issue 6): bounded in-flight slots and a bounded FIFO queue.
+"""Admission control (SPEC §5): bounded in-flight slots and a bounded FIFO queue.
 
 ``--max-concurrency`` requests hold a slot at once; up to ``--queue-size`` more wait in FIFO
 order for at most ``--queue-timeout-s``. A full queue is ``service_overloaded`` (429), a wait past

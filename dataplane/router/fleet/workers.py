@@ -1,4 +1,4 @@
-"""The worker set: who can serve which model, over which protocol, how loaded (issue 6 item 3).
+"""The worker set: who can serve which model, over which protocol, how loaded (SPEC §5, §7).
 
 ``WorkerSpec`` is what registration yields (standalone: ``--worker`` + discovery; later: the
 control plane's worker list). ``Worker`` is the live object the request path uses: its upstream
@@ -7,7 +7,7 @@ an immutable index (model -> workers) rebuilt only when the set changes, never p
 
 The protocol of a worker is chosen in exactly one place, ``make_pool``. Health (``healthy``,
 ``record_success``/``record_failure``) is the seam where passive ejection and active probing
-plug in (issue 7); the request path only reads ``healthy``.
+plug in (``health``); the request path only reads ``healthy``.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ class Worker:
     def record_failure(self) -> None:
         """An exchange failed at the transport (unreachable, dropped, timed out).
 
-        Passive ejection (issue 7) decides here when ``healthy`` turns False.
+        Passive ejection (``health``, SPEC §5) decides here when ``healthy`` turns False.
         """
         self.consecutive_failures += 1
         if self.health is not None and self.health.record_failure(self.url):

@@ -8,7 +8,7 @@ rewrites it on every rejection, before the 400 is sent, with its boot id and cum
 Memory written to a file survives the process (the page cache is the kernel's), so the next child
 of that slot reads its predecessor's final counts and reports them under the predecessor's boot
 id: the control plane keeps the highest count per (router, boot), so counts already reported are
-not added twice (``controlplane/routers/rejections.py``).
+not added twice (``controlplane/reports/rejections.py``).
 
 A successor keeps the boots it took over in its own record until it is itself replaced, so a
 child killed before it could report them passes them on (the last ``MAX_CARRIED_BOOTS``).
