@@ -8,8 +8,9 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from dataplane.errors import SettingsError
     from dataplane.router.logs import configure_logging
-    from dataplane.router.settings import SettingsError, build_parser, settings_from_args
+    from dataplane.router.settings import build_parser, settings_from_args
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)

@@ -15,6 +15,16 @@ from typing import Final
 import msgspec
 
 
+class StartupError(Exception):
+    """A process of the data plane cannot start (router, engine-sim): the message is the one line
+    to print, naming the flag, the value and what is allowed (SPEC §1); the entry point prints it
+    and exits non-zero."""
+
+
+class SettingsError(StartupError, ValueError):
+    """A flag value refused while the flags are read, before anything starts."""
+
+
 class RouterError(Exception):
     """Root of every error the router answers with."""
 

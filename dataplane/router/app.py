@@ -16,6 +16,7 @@ import sys
 
 import structlog
 
+from dataplane.errors import StartupError
 from dataplane.http import HttpServer, ServerLimits, start_server
 from dataplane.router.admission import Admission
 from dataplane.router.balancer import Balancer
@@ -38,10 +39,6 @@ log = structlog.get_logger(__name__)
 
 # Set by the ``--processes`` supervisor in each child: bind the shared port with SO_REUSEPORT.
 REUSE_PORT_ENV = "FLEETPLANE_ROUTER_REUSE_PORT"
-
-
-class StartupError(RuntimeError):
-    """The router cannot start; the message is one line naming the flag and the value."""
 
 
 class Router:

@@ -20,19 +20,16 @@ from pathlib import Path
 
 from controlplane.contracts import ContractError, SamplingContract, parse_contract_json
 from controlplane.envflags import EnvArgumentParser
+from dataplane.errors import SettingsError
 from dataplane.router.balancer import Policy
 from dataplane.router.contract.dialects import DIALECTS
-from dataplane.router.contract.routes import RouteError, RouteTable, build_route_table
+from dataplane.router.contract.routes import RouteTable, build_route_table
 from dataplane.router.fleet.health import HealthPolicy
 from dataplane.router.fleet.workers import WorkerAddress, WorkerUrlError
 
 MIB = 1024 * 1024
 # The longest router id the control plane accepts in a status report (SPEC §6).
 MAX_ROUTER_ID_CHARS = 256
-
-
-class SettingsError(ValueError):
-    """A flag value the router cannot start with; the message is the one line to print."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,10 +276,7 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         raise SettingsError(
             f"--sampling-param-conflict {args.sampling_param_conflict!r}: requires --override-sampling-params"
         )
-    try:
-        routes = build_route_table(args.route, args.unjudged_route)
-    except RouteError as exc:
-        raise SettingsError(str(exc)) from None
+    routes = build_route_table(args.route, args.unjudged_route)
     for flag, value in (
         ("--max-concurrency", args.max_concurrency),
         ("--processes", args.processes),

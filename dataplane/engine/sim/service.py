@@ -26,7 +26,8 @@ from dataplane.engine.kv_events import KvEventsPublisher
 from dataplane.engine.publisher import PublisherBindError
 from dataplane.engine.sim.app import SimApp
 from dataplane.engine.sim.ranks import SimRank, build_ranks
-from dataplane.engine.sim.settings import PAGE_SIZE, PROG, SimSettings, StartupError, parse_settings
+from dataplane.engine.sim.settings import PAGE_SIZE, PROG, SimSettings, parse_settings
+from dataplane.errors import StartupError
 from dataplane.http.server import start_server
 
 VERSION = "fleetplane-engine-sim 0.1.0"

@@ -17,6 +17,7 @@ from typing import NoReturn
 
 from controlplane.envflags import EnvArgumentParser
 from dataplane.engine.endpoints import KvEventSockets, LoadPubRange, kv_event_sockets, resolve_load_pub_range
+from dataplane.errors import StartupError
 
 PROG = "engine-sim"
 DEFAULT_MODEL = "sim-model"
@@ -46,10 +47,6 @@ class SimSettings:
     max_total_tokens: int
     decode_tokens_per_s: float
     tick_s: float
-
-
-class StartupError(Exception):
-    """A flag value engine-sim cannot start with; the message is the one line to print."""
 
 
 class _Parser(EnvArgumentParser):

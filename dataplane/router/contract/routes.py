@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import unquote_to_bytes
 
+from dataplane.errors import SettingsError
 from dataplane.router.contract.dialects import (
     CHAT,
     COMPLETIONS,
@@ -101,7 +102,7 @@ ANY_METHOD: Final = frozenset((b"GET", b"HEAD", b"POST", b"PUT", b"PATCH", b"DEL
 _ID: Final = b"{id}"  # one path segment (Starlette's ``{response_id}``)
 
 
-class RouteError(ValueError):
+class RouteError(SettingsError):
     """A ``--route``/``--unjudged-route`` value the router cannot start with."""
 
 

@@ -19,8 +19,8 @@ import structlog
 from controlplane.v1 import contract_pb2_grpc, load_pb2_grpc, router_pb2_grpc
 from dataplane.router.control.convert import (
     Backoff,
+    ControlClientSettings,
     ControlConfigError,
-    ControlSettings,
     ControlTarget,
     check_target,
 )
@@ -68,7 +68,7 @@ def _read_pem(flag: str, path: Path | None) -> bytes | None:
         raise ControlConfigError(f"{flag} {str(path)!r}: cannot read: {exc.strerror}") from None
 
 
-def _credentials(settings: ControlSettings) -> grpc.ChannelCredentials | None:
+def _credentials(settings: ControlClientSettings) -> grpc.ChannelCredentials | None:
     """TLS with --tls-ca (None: the system's roots) and, for mTLS, a client certificate."""
     if settings.tls_ca is None and settings.tls_cert is None:
         return None
@@ -87,7 +87,7 @@ def control_settings(
     *,
     tls_cert: str | Path | None = None,
     tls_key: str | Path | None = None,
-) -> ControlSettings:
+) -> ControlClientSettings:
     """Checked settings from the router's flags; ControlConfigError names the flag."""
     check_target(target)
     if token is not None and (not token or not token.isprintable() or " " in token):
@@ -96,7 +96,7 @@ def control_settings(
         given = f"--tls-cert {str(tls_cert)!r}" if tls_cert else f"--tls-key {str(tls_key)!r}"
         missing = "--tls-key" if tls_cert else "--tls-cert"
         raise ControlConfigError(f"{given}: needs {missing} too (a client certificate and its key)")
-    settings = ControlSettings(
+    settings = ControlClientSettings(
         target=target,
         router_id=router_id,
         token=token or None,
@@ -112,7 +112,7 @@ class ControlChannel:
     """Base of ``ControlPlaneClient``: the channel, its stubs, the connected state, and the
     attempt-then-backoff step (``_stream``) that every loop of the client repeats."""
 
-    def __init__(self, settings: ControlSettings, target: ControlTarget) -> None:
+    def __init__(self, settings: ControlClientSettings, target: ControlTarget) -> None:
         self._settings = settings
         self._target = target
         self._metadata: tuple[tuple[str, str], ...] = (

@@ -36,7 +36,7 @@ from controlplane.v1 import contract_pb2, load_pb2, router_pb2
 from dataplane.router.control.channel import ControlChannel
 from dataplane.router.control.convert import (
     Backoff,
-    ControlSettings,
+    ControlClientSettings,
     ControlTarget,
     LoadViews,
     snapshot_contracts,
@@ -53,7 +53,7 @@ class ControlPlaneClient(ControlChannel):
 
     def __init__(
         self,
-        settings: ControlSettings,
+        settings: ControlClientSettings,
         target: ControlTarget,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -255,7 +255,7 @@ class ControlPlaneClient(ControlChannel):
 
 @contextlib.asynccontextmanager
 async def subscription(
-    settings: ControlSettings, target: ControlTarget, *, predecessors: Sequence[BootCounts] = ()
+    settings: ControlClientSettings, target: ControlTarget, *, predecessors: Sequence[BootCounts] = ()
 ) -> AsyncIterator[ControlPlaneClient]:
     """Run the client in a task for the duration of the block; on exit it sends a last report."""
     client = ControlPlaneClient(settings, target, predecessors=predecessors)

@@ -16,15 +16,16 @@ from typing import Protocol
 
 from controlplane.contracts import ContractError, SamplingContract, contract_from_proto
 from controlplane.v1 import contract_pb2, load_pb2
+from dataplane.errors import SettingsError
 from dataplane.router.fleet.workers import H2C, HTTP1, WorkerAddress, WorkerSpec, WorkerUrlError
 
 
-class ControlConfigError(ValueError):
+class ControlConfigError(SettingsError):
     """A ``--control-plane``/``--token``/``--tls-*`` value that cannot be used (startup error)."""
 
 
 @dataclass(frozen=True, slots=True)
-class ControlSettings:
+class ControlClientSettings:
     """How to reach the control plane and how often to talk to it."""
 
     target: str

@@ -15,7 +15,7 @@ from controlplane.contracts import Exact, SamplingContract
 from controlplane.settings import ControlSettings
 from controlplane.v1 import contract_pb2, contract_pb2_grpc, router_pb2, router_pb2_grpc
 from dataplane.router.control.client import ControlPlaneClient, subscription
-from dataplane.router.control.convert import ControlSettings as RouterControlSettings
+from dataplane.router.control.convert import ControlClientSettings as RouterControlSettings
 from dataplane.router.control.convert import EngineLoad
 from dataplane.router.fleet.workers import WorkerSpec
 

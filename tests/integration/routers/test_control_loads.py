@@ -15,7 +15,7 @@ import zmq.asyncio
 from controlplane.load.wire import LoadStat, encode_frame
 from controlplane.v1 import load_pb2, load_pb2_grpc
 from dataplane.router.control.client import subscription
-from dataplane.router.control.convert import ControlSettings, EngineLoad
+from dataplane.router.control.convert import ControlClientSettings, EngineLoad
 from dataplane.router.fleet.workers import WorkerSpec
 from tests.fakes.control_plane import running_control_plane
 
@@ -69,7 +69,7 @@ async def test_registered_worker_and_its_fresh_load_reach_the_router(tmp_path: P
                     load_endpoints=[endpoint],
                 )
             )
-        settings = ControlSettings(target=target, router_id="r", workers_poll_s=0.2)
+        settings = ControlClientSettings(target=target, router_id="r", workers_poll_s=0.2)
         async with subscription(settings, router):
             async with publishing(endpoint, running=3, waiting=2):
 
@@ -122,7 +122,7 @@ async def test_a_full_view_beyond_grpcs_default_4_mb_reaches_the_router() -> Non
     await server.start()
     try:
         router = FakeRouter()
-        settings = ControlSettings(target=f"127.0.0.1:{port}", router_id="r", workers_poll_s=5)
+        settings = ControlClientSettings(target=f"127.0.0.1:{port}", router_id="r", workers_poll_s=5)
         async with subscription(settings, router):
 
             async def arrived() -> bool:

@@ -15,7 +15,7 @@ import pytest
 from controlplane.v1 import router_pb2, router_pb2_grpc
 from dataplane.router.control.channel import control_settings
 from dataplane.router.control.client import subscription
-from dataplane.router.control.convert import ControlConfigError, ControlSettings
+from dataplane.router.control.convert import ControlClientSettings, ControlConfigError
 from tests.fakes.control_plane import running_control_plane
 
 from .conftest import eventually
@@ -44,7 +44,7 @@ async def test_router_token_subscribes_and_reports(tmp_path: Path, tokens_file: 
     router = FakeRouter()
     async with running_control_plane(tmp_path, auth_tokens=tokens_file) as plane:
         target = str(plane.grpc_address)
-        settings = ControlSettings(
+        settings = ControlClientSettings(
             target=target, router_id="edge-1", token="router-secret", report_check_s=0.02
         )
         async with subscription(settings, router), grpc.aio.insecure_channel(target) as channel:
@@ -88,7 +88,9 @@ async def test_status_page_shows_routers_and_rejections(tmp_path: Path) -> None:
     router = FakeRouter()
     router.rejections[("*", "temperature")] = 3
     async with running_control_plane(tmp_path) as plane:
-        settings = ControlSettings(target=str(plane.grpc_address), router_id="edge-<1>", report_check_s=0.02)
+        settings = ControlClientSettings(
+            target=str(plane.grpc_address), router_id="edge-<1>", report_check_s=0.02
+        )
         async with subscription(settings, router):
             url = f"http://{plane.http_address}/"
 

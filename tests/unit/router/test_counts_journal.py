@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataplane.router.control.client import ControlPlaneClient
-from dataplane.router.control.convert import ControlSettings
+from dataplane.router.control.convert import ControlClientSettings
 from dataplane.router.process.journal import (
     MAX_CARRIED_BOOTS,
     BootCounts,
@@ -83,7 +83,7 @@ async def test_predecessor_reports_carry_their_boot_and_final_counts() -> None:
     target.counts = {("*", "top_p"): 1}
     previous = BootCounts("dead-boot", {("*", "temperature"): 7})
     client = ControlPlaneClient(
-        ControlSettings(target="127.0.0.1:1", router_id="edge/1"), target, predecessors=[previous]
+        ControlClientSettings(target="127.0.0.1:1", router_id="edge/1"), target, predecessors=[previous]
     )
     [report] = client.predecessor_reports()
     assert (report.router_id, report.boot_id) == ("edge/1", "dead-boot")

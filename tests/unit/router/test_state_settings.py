@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from controlplane.contracts import ConflictPolicy
+from dataplane.errors import SettingsError
 from dataplane.router.balancer import Policy
 from dataplane.router.fleet.health import HealthPolicy
-from dataplane.router.settings import RouterSettings, SettingsError, build_parser, settings_from_args
+from dataplane.router.settings import RouterSettings, build_parser, settings_from_args
 
 
 def _settings(*argv: str, environ: dict[str, str] | None = None) -> RouterSettings:

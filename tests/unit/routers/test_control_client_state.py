@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from controlplane.contracts import SamplingContract
 from controlplane.v1 import contract_pb2, load_pb2
 from dataplane.router.control.client import ControlPlaneClient
-from dataplane.router.control.convert import ControlSettings, EngineLoad
+from dataplane.router.control.convert import ControlClientSettings, EngineLoad
 from dataplane.router.fleet.workers import WorkerSpec
 
 
@@ -37,7 +37,7 @@ class Recorder:
 
 
 def _client(target: Recorder) -> ControlPlaneClient:
-    return ControlPlaneClient(ControlSettings(target="127.0.0.1:1", router_id="r1"), target)
+    return ControlPlaneClient(ControlClientSettings(target="127.0.0.1:1", router_id="r1"), target)
 
 
 def _snapshot(revision: int, top_p: float) -> contract_pb2.WatchContractsResponse:

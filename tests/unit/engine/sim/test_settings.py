@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dataplane.engine.endpoints import LoadPubRange
-from dataplane.engine.sim.settings import StartupError, build_parser, parse_settings
+from dataplane.engine.sim.settings import build_parser, parse_settings
+from dataplane.errors import StartupError
 
 
 def test_defaults() -> None:
