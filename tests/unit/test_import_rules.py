@@ -52,6 +52,68 @@ CONTROLPLANE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+# The data plane's layers, lowest first (same reading as above). ``dataplane.engine`` (what an
+# engine embeds, and engine-sim) and ``dataplane.router`` are siblings over the shared HTTP
+# server: neither imports the other (test below).
+DATAPLANE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("errors", ("dataplane.errors",)),  # the plane's error root and its one error -> answer mapping
+    ("http", ("dataplane.http",)),  # the protocol-level HTTP/1.1 + h2c server
+    ("engine", ("dataplane.engine",)),  # load publisher, endpoint resolver, engine-sim
+    # Request-path leaves: header rules, request bodies, the balancer, admission, log set-up.
+    (
+        "router leaves",
+        (
+            "dataplane.router.headers",
+            "dataplane.router.body",
+            "dataplane.router.balancer",
+            "dataplane.router.admission",
+            "dataplane.router.logs",
+        ),
+    ),
+    ("contract", ("dataplane.router.contract",)),  # pure: judge a body (probe, dialects, enforce, routes)
+    ("upstream", ("dataplane.router.upstream",)),  # pools and connections towards workers
+    ("fleet", ("dataplane.router.fleet",)),  # the worker set, health, discovery
+    ("state", ("dataplane.router.state",)),  # workers + contracts as swapped snapshots
+    ("metrics", ("dataplane.router.metrics",)),
+    ("process", ("dataplane.router.process",)),  # --processes N: supervisor, merged metrics, journal
+    ("control", ("dataplane.router.control",)),  # the control-plane client (grpc stops here)
+    ("path", ("dataplane.router.path",)),  # the request path: proxy, forwarder, exchange, relay
+    ("settings", ("dataplane.router.settings",)),
+    ("app", ("dataplane.router.app", "dataplane.router")),
+    ("entry", ("dataplane.__main__",)),
+)
+
+# Modules docs/architecture.md calls pure: decisions without I/O, fed bytes, values and ``now``
+# (ARCHITECTURE: "protocol logic without I/O"). They import none of these.
+PURE_MODULES = (
+    "controlplane/contracts",
+    "controlplane/reports",
+    "controlplane/load/wire.py",
+    "controlplane/load/table.py",
+    "controlplane/load/ingest/zmtp.py",
+    "controlplane/store/changes.py",
+    "controlplane/workers/registration.py",
+    "controlplane/workers/url.py",
+    "dataplane/errors.py",
+    "dataplane/http/wire.py",
+    "dataplane/http/h2_fields.py",
+    "dataplane/router/contract",
+    "dataplane/router/headers.py",
+    "dataplane/router/body.py",
+    "dataplane/router/balancer.py",
+    "dataplane/router/upstream/h2c/codec.py",
+    "dataplane/router/upstream/h2c/output.py",
+    "dataplane/router/upstream/h2c/frames.py",
+    "dataplane/router/control/convert.py",
+    "dataplane/router/process/merge.py",
+    "dataplane/engine/endpoints.py",
+    "dataplane/engine/sim/scheduler.py",
+)
+IO_MODULES = frozenset(
+    {"asyncio", "socket", "selectors", "subprocess", "time", "logging", "structlog", "grpc", "zmq", "uvloop"}
+)
+
+
 def _imports(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     names: list[str] = []
@@ -102,11 +164,16 @@ def test_shared_leaves_use_only_stdlib_and_msgspec() -> None:
 
 def _controlplane_graph() -> dict[str, set[str]]:
     """Every controlplane module (``__init__`` as its package) -> the controlplane modules it imports."""
+    return _graph("controlplane")
+
+
+def _graph(package: str) -> dict[str, set[str]]:
+    """Every module of ``package`` (``__init__`` as its package) -> the modules of ``package`` it imports."""
     paths = {
         ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
-        for p in _sources("controlplane")
+        for p in _sources(package)
     }
-    del paths["controlplane"]  # the empty root package
+    del paths[package]  # the empty root package
     graph: dict[str, set[str]] = {}
     for module, path in paths.items():
         targets: set[str] = set()
@@ -123,10 +190,10 @@ def _controlplane_graph() -> dict[str, set[str]]:
     return graph
 
 
-def _layer(module: str) -> int:
+def _layer(module: str, layers: tuple[tuple[str, tuple[str, ...]], ...] = CONTROLPLANE_LAYERS) -> int:
     matches = [
         (len(prefix), rank)
-        for rank, (_, prefixes) in enumerate(CONTROLPLANE_LAYERS)
+        for rank, (_, prefixes) in enumerate(layers)
         for prefix in prefixes
         if module == prefix or module.startswith(prefix + ".")
     ]
@@ -190,3 +257,53 @@ def test_controlplane_packages_import_each_other_without_cycles() -> None:
 def test_controlplane_modules_import_each_other_without_cycles() -> None:
     """No chain of imports among controlplane modules leads back to where it started."""
     assert _cycle(_controlplane_graph()) == []
+
+
+def test_every_dataplane_module_has_a_layer() -> None:
+    """Each dataplane module is in one layer of DATAPLANE_LAYERS, and each entry names a module."""
+    graph = _graph("dataplane")
+    assert [m for m in sorted(graph) if _layer(m, DATAPLANE_LAYERS) < 0] == []
+    named = [p for _, prefixes in DATAPLANE_LAYERS for p in prefixes]
+    assert [p for p in named if not any(m == p or m.startswith(p + ".") for m in graph)] == []
+
+
+def test_dataplane_imports_never_run_up_a_layer() -> None:
+    """No dataplane module imports from a layer above its own (app -> path -> control -> ... -> http -> errors)."""
+    names = [name for name, _ in DATAPLANE_LAYERS]
+    offenders = [
+        f"{module} ({names[_layer(module, DATAPLANE_LAYERS)]}) imports {target} "
+        f"({names[_layer(target, DATAPLANE_LAYERS)]})"
+        for module, targets in sorted(_graph("dataplane").items())
+        for target in sorted(targets)
+        if _layer(target, DATAPLANE_LAYERS) > _layer(module, DATAPLANE_LAYERS)
+    ]
+    assert offenders == []
+
+
+def test_router_and_engine_never_import_each_other() -> None:
+    """The router and the engine side share only the HTTP server and the errors, never each other's code."""
+    offenders = [
+        f"{module} imports {target}"
+        for module, targets in sorted(_graph("dataplane").items())
+        for target in sorted(targets)
+        if {module.split(".")[1], target.split(".")[1]} == {"router", "engine"}
+    ]
+    assert offenders == []
+
+
+def test_dataplane_modules_import_each_other_without_cycles() -> None:
+    """No chain of imports among dataplane modules leads back to where it started."""
+    assert _cycle(_graph("dataplane")) == []
+
+
+def test_pure_modules_do_no_io() -> None:
+    """The modules called pure import nothing that does I/O, schedules, logs or reads the clock."""
+    offenders = []
+    for entry in PURE_MODULES:
+        target = ROOT / entry
+        assert target.exists(), entry
+        for path in [target] if target.is_file() else sorted(target.rglob("*.py")):
+            found = sorted({name.split(".")[0] for name in _imports(path)} & IO_MODULES)
+            if found:
+                offenders.append(f"{path.relative_to(ROOT)}: {', '.join(found)}")
+    assert offenders == []
