@@ -1,8 +1,10 @@
-"""Request models of the simulated engine, typed as SGLang's engine types them (SPEC §2, reference A.1).
+"""Request models of the simulated engine, typed as SGLang 0.5.23 types them (SPEC §2, reference §G).
 
-The engine reads a body with ``json.loads`` (last key wins) and validates it with pydantic in
-lax mode, so ``"0.5"`` is a float and ``true`` is 1; these models reproduce exactly that, which
-is what lets tests check the SPEC §3.3 safety invariant against what "the engine" read.
+The engine reads a body with ``orjson.loads`` (last key wins) and validates it with the route's
+pydantic model in lax mode, so ``"0.5"`` is a float and ``true`` is 1; these models reproduce
+the sampling fields of each route's model, which is what lets tests check the SPEC §3.3 safety
+invariant against what "the engine" read. Routes whose fields SGLang passes on untyped (Ollama's
+``options``, Vertex's ``parameters``) keep the JSON values as they are (:func:`untyped_sampling`).
 Unknown keys are ignored, as the engine's models do. Validation only: no I/O.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 SAMPLING_FIELDS = (
     "temperature",
@@ -104,24 +106,182 @@ class GenerateRequest(_Lax):
     rid: str | None = None
 
 
+# -- the routes added with SPEC §5.1 ---------------------------------------------------------------
+RESPONSES_FIELDS = SAMPLING_FIELDS[:-1]
+"""ResponsesRequest has every §2 field but ``n``."""
+MESSAGES_FIELDS = ("temperature", "top_p", "top_k")
+"""AnthropicMessagesRequest's sampling fields."""
+OLLAMA_OPTIONS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+}
+"""Ollama ``options`` keys SGLang maps onto §2 fields (OllamaServing._convert_options_to_sampling_params);
+``num_predict`` is the token cap, ``seed`` is mapped to a name SamplingParams does not have."""
+OLLAMA_FIELDS = tuple(OLLAMA_OPTIONS.values())
+
+
+class ResponsesRequest(_Lax):
+    """``POST /v1/responses``: no ``n``; an omitted temperature is 0.7 (ResponsesRequest defaults)."""
+
+    input: str | list[dict[str, Any]]
+    model: str | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    stream: bool | None = False
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+
+
+class AnthropicMessage(_Lax):
+    role: str
+    content: str | list[dict[str, Any]]
+
+
+class MessagesRequest(_Lax):
+    """``POST /v1/messages`` (Anthropic): temperature, top_p, top_k; max_tokens required, positive."""
+
+    model: str
+    messages: list[AnthropicMessage]
+    max_tokens: int
+    system: str | list[dict[str, Any]] | None = None
+    stream: bool | None = False
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError("max_tokens must be positive")
+        return value
+
+
+class CountTokensRequest(_Lax):
+    """``POST /v1/messages/count_tokens``."""
+
+    model: str
+    messages: list[AnthropicMessage]
+    system: str | list[dict[str, Any]] | None = None
+
+
+class OllamaMessage(_Lax):
+    role: str
+    content: str
+
+
+class OllamaChatRequest(_Lax):
+    """``POST /api/chat``: Ollama streams unless told not to; ``options`` is an untyped dict."""
+
+    model: str
+    messages: list[OllamaMessage]
+    stream: bool = True
+    options: dict[str, Any] | None = None
+
+
+class OllamaGenerateRequest(_Lax):
+    """``POST /api/generate``."""
+
+    model: str
+    prompt: str
+    system: str | None = None
+    stream: bool = True
+    options: dict[str, Any] | None = None
+
+
+class VertexRequest(_Lax):
+    """``POST /vertex_generate`` (Vertex AI predict): ``parameters`` is spread into /generate's input."""
+
+    instances: list[dict[str, Any]]
+    parameters: dict[str, Any] | None = None
+
+
+class TranscriptionForm(_Lax):
+    """The form fields of ``POST /v1/audio/transcriptions`` (``Form`` defaults of the handler)."""
+
+    model: str = "default"
+    language: str | None = None
+    response_format: str = "json"
+    temperature: float = 0.0
+    stream: bool = False
+
+
+class EmbeddingRequest(_Lax):
+    """``POST /v1/embeddings``."""
+
+    input: str | list[str] | list[int] | list[list[int]]
+    model: str = "default"
+
+
+class TokenizeRequest(_Lax):
+    """``POST /v1/tokenize``."""
+
+    prompt: str | list[str]
+    model: str = "default"
+
+
+class DetokenizeRequest(_Lax):
+    """``POST /v1/detokenize``."""
+
+    tokens: list[int] | list[list[int]]
+    model: str = "default"
+
+
+# SamplingParams' defaults, for fields a route leaves unset (None), before verify.
+ENGINE_DEFAULTS: dict[str, Any] = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": -1,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "n": 1,
+}
+
+
+def untyped_sampling(params: dict[str, Any], names: tuple[str, ...]) -> tuple[dict[str, Any], str | None]:
+    """Values SGLang hands to ``SamplingParams`` without validating them (Ollama, Vertex).
+
+    JSON numbers, bools (Python's bool is an int) and null pass as they are; anything else is
+    what the engine's comparisons then fail on (a TypeError, its 500), reported as the problem.
+    """
+    values: dict[str, Any] = {}
+    for name in names:
+        value = params.get(name)
+        if value is not None and not isinstance(value, (int, float)):
+            return {}, f"{name} must be a number, got {type(value).__name__}"
+        values[name] = value
+    return values, None
+
+
 def sampling_values(params: BaseModel) -> dict[str, Any]:
     """The 8 SPEC §2 fields as the engine read them (None for an unset Optional field)."""
     return {name: getattr(params, name) for name in SAMPLING_FIELDS}
 
 
 def verify_sampling(values: dict[str, Any]) -> str | None:
-    """SGLang's ``SamplingParams.verify`` on resolved values; the first problem, or None.
+    """SGLang 0.5.23's ``SamplingParams.verify`` on resolved values; the first problem, or None.
 
     ``None`` (an unset Optional chat field) resolves to the engine default first, as
     ``to_sampling_params`` does (reference A.1).
     """
-    temperature = _or(values["temperature"], 1.0)
-    top_p = _or(values["top_p"], 1.0)
-    top_k = _or(values["top_k"], -1)
-    min_p = _or(values["min_p"], 0.0)
-    repetition_penalty = _or(values["repetition_penalty"], 1.0)
+    values = {name: _or(values.get(name), default) for name, default in ENGINE_DEFAULTS.items()}
+    temperature = values["temperature"]
+    top_p = values["top_p"]
+    top_k = values["top_k"]
+    min_p = values["min_p"]
+    repetition_penalty = values["repetition_penalty"]
     if not (math.isfinite(temperature) and temperature >= 0.0):
-        return f"temperature must be non-negative, got {temperature}."
+        return f"temperature must be a non-negative finite number, got {temperature}."
     if not 0.0 < top_p <= 1.0:
         return f"top_p must be in (0, 1], got {top_p}."
     if not 0.0 <= min_p <= 1.0:
@@ -133,9 +293,8 @@ def verify_sampling(values: dict[str, Any]) -> str | None:
     if not -2.0 <= values["presence_penalty"] <= 2.0:
         return f"presence_penalty must be in [-2, 2], got {values['presence_penalty']}."
     if not 0.0 < repetition_penalty <= 2.0:
-        return f"repetition_penalty must be in (0, 2], got {repetition_penalty}."
-    if values["n"] < 1:
-        return f"n must be at least 1, got {values['n']}."
+        return f"repetition_penalty must be in (0, 2] (1.0 = no penalty), got {repetition_penalty}."
+    # 0.5.23's verify has no n check: n < 1 is one sequence (GenerateReqInput only fans out n > 1).
     return None
 
 

@@ -7,6 +7,7 @@ one word per simulated token. Pure: values in, bytes out.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import itertools
 import json
@@ -172,8 +173,9 @@ def sse(value: Any) -> bytes:
     return b"data: " + _encoder.encode(value) + b"\n\n"
 
 
-def sampling_header(values: dict[str, Any]) -> bytes:
-    """Compact JSON of what the engine read; non-finite floats as Python's json writes them."""
+def sampling_header(values: Any) -> bytes:
+    """Compact JSON of what the engine read (an object, or a list with one per prompt of a
+    batch); non-finite floats as Python's json writes them."""
     return json.dumps(values, separators=(",", ":")).encode()
 
 
@@ -228,3 +230,148 @@ def json_invalid(position: int, reason: str) -> bytes:
             ]
         }
     )
+
+
+# -- the routes added with SPEC §5.1: Responses, Anthropic Messages, Ollama, Vertex, audio ------
+NDJSON_HEADERS: list[tuple[bytes, bytes]] = [(b"content-type", b"application/x-ndjson")]
+TEXT_HEADERS: list[tuple[bytes, bytes]] = [(b"content-type", b"text/plain; charset=utf-8")]
+TRANSCRIPTION_TEXT = "engine-sim transcribed this audio"
+"""What every transcription says: the simulator has no model (the route is judged, not heard)."""
+EMBEDDING_DIMENSIONS = 8
+
+
+def event(kind: str, payload: Any) -> bytes:
+    """One named Server-Sent Event (``event:`` then ``data:``), as the Responses and Anthropic
+    streams send them."""
+    return b"event: " + kind.encode() + b"\ndata: " + _encoder.encode(payload) + b"\n\n"
+
+
+def ndjson(value: Any) -> bytes:
+    """One line of an Ollama stream."""
+    return _encoder.encode(value) + b"\n"
+
+
+def ollama_time() -> str:
+    """Ollama's ``created_at``: UTC, milliseconds, ``Z``."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def responses_usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    """The Responses API usage (ResponsesResponse._serialize_usage)."""
+    return {
+        "input_tokens": prompt_tokens,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def responses_message(item_id: str, text: str | None, status: str) -> dict[str, Any]:
+    """The assistant message output item; ``text=None`` for the opening (no content part yet)."""
+    content = [] if text is None else [output_text(text)]
+    return {
+        "id": item_id,
+        "type": "message",
+        "role": "assistant",
+        "content": content,
+        "status": status,
+        "phase": "final_answer",
+    }
+
+
+def output_text(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": None}
+
+
+def responses_object(
+    rid: str,
+    created: int,
+    model: str,
+    echo: dict[str, Any],
+    status: str,
+    output: list[dict[str, Any]],
+    usage: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The Response object (ResponsesResponse.from_request): ``echo`` repeats the request's
+    instructions, max_output_tokens, temperature and top_p as SGLang's response does."""
+    return {
+        "id": rid,
+        "object": "response",
+        "created_at": created,
+        "model": model,
+        "output": output,
+        "status": status,
+        "usage": usage,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "instructions": echo.get("instructions"),
+        "max_output_tokens": echo.get("max_output_tokens"),
+        "previous_response_id": None,
+        "reasoning": None,
+        "store": True,
+        "temperature": echo.get("temperature"),
+        "text": {"format": {"type": "text"}},
+        "top_p": echo.get("top_p"),
+        "truncation": "disabled",
+        "user": None,
+        "metadata": None,
+    }
+
+
+def anthropic_message(
+    rid: str, model: str, text: str | None, stop_reason: str | None, usage: dict[str, int]
+) -> dict[str, Any]:
+    """An Anthropic Messages response (``text=None``: the empty message of ``message_start``)."""
+    return {
+        "id": rid,
+        "type": "message",
+        "role": "assistant",
+        "content": [] if text is None else [{"type": "text", "text": text}],
+        "model": model,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+
+
+def ollama_chat_line(model: str, created: str, content: str, done: bool) -> dict[str, Any]:
+    """One /api/chat stream record (OllamaChatStreamResponse.model_dump())."""
+    return {
+        "model": model,
+        "created_at": created,
+        "message": {"role": "assistant", "content": content, "images": None},
+        "done": done,
+        "done_reason": "stop" if done else None,
+    }
+
+
+def ollama_generate_line(model: str, created: str, text: str, done: bool) -> dict[str, Any]:
+    """One /api/generate stream record."""
+    return {
+        "model": model,
+        "created_at": created,
+        "response": text,
+        "done": done,
+        "done_reason": "stop" if done else None,
+    }
+
+
+def ollama_counts(total_ns: int, prompt_tokens: int, generated: int) -> dict[str, Any]:
+    """The timing and token counts of a finished Ollama answer (SGLang fills these three)."""
+    return {
+        "total_duration": total_ns,
+        "load_duration": None,
+        "prompt_eval_count": prompt_tokens,
+        "prompt_eval_duration": None,
+        "eval_count": generated,
+        "eval_duration": None,
+    }
+
+
+def embedding(index: int, tokens: int) -> list[float]:
+    """A deterministic unit-ish vector per input (the simulator has no model)."""
+    return [round(((index + 1) * (d + 1) % 7) / 7.0 + tokens * 1e-3, 6) for d in range(EMBEDDING_DIMENSIONS)]

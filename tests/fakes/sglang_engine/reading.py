@@ -315,6 +315,7 @@ _GENERATE_METHODS = (
     "_sampling_params_beam_width",
     "_handle_beam_search_parallel_sampling",
     "_handle_parallel_sampling",
+    "_expand_inputs",
     "_normalize_sampling_params",
 )
 
@@ -381,10 +382,11 @@ def _generate_from_fields(values: dict[str, Any], preferred: dict[str, Any] | No
             if shape.parallel_sample_num == 1
             else shape.batch_size * shape.parallel_sample_num
         )
-        shape._normalize_sampling_params(num)
         try:
+            shape._expand_inputs(num)  # first of _normalize_batch_inputs' steps (a float n fails here)
+            shape._normalize_sampling_params(num)
             items = [shape.sampling_params[i] for i in range(num)]  # obj[i] for i in range(batch_size)
-        except (IndexError, TypeError) as exc:
+        except (IndexError, TypeError, ValueError) as exc:
             return Refused("normalize", str(exc))
     out: list[Sampling] = []
     for item in items:

@@ -142,20 +142,32 @@ class Http:
         if self._h2 is not None:
             await self._h2.close()
 
-    async def request(self, method: str, path: str, body: Any = None, raw: bytes | None = None) -> Reply:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        raw: bytes | None = None,
+        content_type: str = "application/json",
+    ) -> Reply:
         data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
         if self._h2 is not None:
-            return await self._h2.request(method, path, data, {"content-type": "application/json"})
+            return await self._h2.request(method, path, data, {"content-type": content_type})
         assert self._session is not None
-        async with self._session.request(method, self.base + path, data=data or None) as resp:
+        headers = {"content-type": content_type} if data else None
+        async with self._session.request(
+            method, self.base + path, data=data or None, headers=headers
+        ) as resp:
             reply = Reply(resp.status, {k.lower(): v for k, v in resp.headers.items()}, b"")
             async for chunk in resp.content.iter_any():
                 reply.chunks.append((time.monotonic(), chunk))
                 reply.body += chunk
             return reply
 
-    async def post(self, path: str, body: Any = None, raw: bytes | None = None) -> Reply:
-        return await self.request("POST", path, body, raw)
+    async def post(
+        self, path: str, body: Any = None, raw: bytes | None = None, content_type: str = "application/json"
+    ) -> Reply:
+        return await self.request("POST", path, body, raw, content_type)
 
     async def get(self, path: str) -> Reply:
         return await self.request("GET", path)

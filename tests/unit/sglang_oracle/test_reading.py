@@ -317,3 +317,16 @@ def test_every_route_reads_json_it_can_parse() -> None:
     for (_method, path), read in engine.ROUTES.items():
         sampling = _one(read(json.dumps(bodies[path]).encode()))
         assert not any(sampling.from_body(f) for f in engine.FIELDS), path
+
+
+def test_generate_null_n_is_refused_by_the_batch_logic() -> None:
+    """The gate lets "n": null through, but GenerateReqInput compares get("n", 1) > 1: a TypeError."""
+    _refused(engine.generate(b'{"text":"hi","sampling_params":{"n":null}}'), "normalize")
+    assert _one(engine.generate(b'{"text":"hi","sampling_params":{"n":null,"n":1}}'))[
+        "n"
+    ] == engine.FieldReading(1, True)
+
+
+def test_n_below_one_is_not_refused() -> None:
+    """0.5.23's verify has no n check: n 0 is read as sent (GenerateReqInput fans out only n > 1)."""
+    assert _one(engine.chat(_chat(b',"n":0')))["n"] == engine.FieldReading(0, True)
