@@ -121,13 +121,19 @@ def _sample(
     except (TypeError, ValueError) as exc:
         return Refused("sampling_params", str(exc))
     params_cls = wheel.module("sglang.srt.sampling.sampling_params").SamplingParams
+    # Only the wheel's code runs in these two steps; whatever it raises, the engine answers an
+    # error (a 400 for ValueError, a 500 otherwise). A guarded module used is not a refusal.
     try:
         params = params_cls(**kwargs)
-    except (TypeError, ValueError) as exc:
-        return Refused("sampling_params", str(exc))
+    except wheel.GuardedUse:
+        raise
+    except Exception as exc:
+        return Refused("sampling_params", f"{type(exc).__name__}: {exc}")
     try:
         params.verify(_VOCAB)
-    except (TypeError, ValueError) as exc:
+    except wheel.GuardedUse:
+        raise
+    except Exception as exc:
         return Refused("verify", str(exc))
     if client is None:
         given = sampling_params if isinstance(sampling_params, dict) else kwargs
@@ -144,12 +150,35 @@ def _samples(sampling_params: Any, client: set[str] | None, preferred: dict[str,
     return one if isinstance(one, Refused) else [one]
 
 
+class _Refusal(Exception):
+    def __init__(self, refused: Refused) -> None:
+        self.refused = refused
+
+
+def _validate(model: Any, data: Any) -> Any:
+    """FastAPI's validation of the body parameter (``model_validate``/``TypeAdapter``, python mode).
+
+    A wheel validator that raises something other than a validation error (e.g. ``values.get``
+    on a body that is a JSON array) escapes pydantic, and FastAPI answers 500: refused too.
+    """
+    validate = model.model_validate if hasattr(model, "model_validate") else model.validate_python
+    try:
+        return validate(data)
+    except pydantic.ValidationError as exc:
+        raise _Refusal(Refused("validation", str(exc))) from exc
+    except wheel.GuardedUse:
+        raise
+    except Exception as exc:
+        raise _Refusal(Refused("validation", f"{type(exc).__name__}: {exc}")) from exc
+
+
 def _client_fields(request: pydantic.BaseModel) -> set[str]:
     return {f for f in FIELDS if f in request.model_fields_set and getattr(request, f, None) is not None}
 
 
 def _guarded(route: Callable[..., Reading]) -> Callable[..., Reading]:
-    """Body-level refusals (orjson, pydantic) as :class:`Refused`; anything else propagates."""
+    """Body-level refusals (orjson, the route's validation) as :class:`Refused`; anything else
+    (a guarded module used, a bug of the oracle) propagates and fails the test."""
 
     @functools.wraps(route)
     def read(*args: Any, **kwargs: Any) -> Reading:
@@ -160,8 +189,8 @@ def _guarded(route: Callable[..., Reading]) -> Callable[..., Reading]:
                 return route(*args, **kwargs)
         except orjson.JSONDecodeError as exc:
             return Refused("json", str(exc))
-        except pydantic.ValidationError as exc:
-            return Refused("validation", str(exc))
+        except _Refusal as refusal:
+            return refusal.refused
 
     return read
 
@@ -190,7 +219,7 @@ def chat(
     body: bytes, *, generation_config: dict[str, Any] | None = None, preferred: dict[str, Any] | None = None
 ) -> Reading:
     """``POST /v1/chat/completions`` and ``POST /invocations`` (both take ChatCompletionRequest)."""
-    request = _protocol().ChatCompletionRequest.model_validate(_json(body))
+    request = _validate(_protocol().ChatCompletionRequest, _json(body))
     return _chat_samples(request, generation_config, preferred)
 
 
@@ -216,7 +245,7 @@ def _completion_sampling_params() -> Callable[[Any, Any], dict[str, Any]]:
 @_guarded
 def completions(body: bytes, *, preferred: dict[str, Any] | None = None) -> Reading:
     """``POST /v1/completions``: CompletionRequest, its sampling fields are not Optional."""
-    request = _protocol().CompletionRequest.model_validate(_json(body))
+    request = _validate(_protocol().CompletionRequest, _json(body))
     try:
         params = _completion_sampling_params()(None, request)
     except ValueError as exc:
@@ -230,7 +259,7 @@ def responses(
     body: bytes, *, generation_config: dict[str, Any] | None = None, preferred: dict[str, Any] | None = None
 ) -> Reading:
     """``POST /v1/responses``: ResponsesRequest.to_sampling_params (no ``n``; temperature 0.7)."""
-    request = _protocol().ResponsesRequest.model_validate(_json(body))
+    request = _validate(_protocol().ResponsesRequest, _json(body))
     # serving_responses.py: request.to_sampling_params(None, self.default_sampling_params, stop=...)
     try:
         params = request.to_sampling_params(None, generation_config or {}, stop=request.stop)
@@ -262,7 +291,7 @@ def messages(
 ) -> Reading:
     """``POST /v1/messages``: AnthropicMessagesRequest, converted to a chat request."""
     anthropic = wheel.module("sglang.srt.entrypoints.anthropic.serving")
-    request = anthropic.AnthropicMessagesRequest.model_validate(_json(body))
+    request = _validate(anthropic.AnthropicMessagesRequest, _json(body))
     serving = anthropic.AnthropicServing.__new__(anthropic.AnthropicServing)
     serving.openai_serving_chat = _ChatServerStub()
     serving._merge_inline_system = False
@@ -285,17 +314,15 @@ def _ollama_options(options: dict[str, Any] | None) -> dict[str, Any]:
 @_guarded
 def ollama_chat(body: bytes, *, preferred: dict[str, Any] | None = None) -> Reading:
     """``POST /api/chat``: OllamaChatRequest, its ``options`` mapped to sampling params."""
-    request = wheel.module("sglang.srt.entrypoints.ollama.protocol").OllamaChatRequest.model_validate(
-        _json(body)
-    )
+    request = _validate(wheel.module("sglang.srt.entrypoints.ollama.protocol").OllamaChatRequest, _json(body))
     return _samples(_ollama_options(request.options), None, preferred)
 
 
 @_guarded
 def ollama_generate(body: bytes, *, preferred: dict[str, Any] | None = None) -> Reading:
     """``POST /api/generate``: OllamaGenerateRequest; an empty prompt is answered unsampled."""
-    request = wheel.module("sglang.srt.entrypoints.ollama.protocol").OllamaGenerateRequest.model_validate(
-        _json(body)
+    request = _validate(
+        wheel.module("sglang.srt.entrypoints.ollama.protocol").OllamaGenerateRequest, _json(body)
     )
     # ollama/serving.py handle_generate: prompt (with system) empty or blank -> an empty answer.
     prompt = request.prompt
@@ -421,7 +448,7 @@ def generate(body: bytes, *, preferred: dict[str, Any] | None = None) -> Reading
     values = dict(data)
     for name, adapter in _generate_adapters().items():
         if name in values:
-            values[name] = adapter.validate_python(values[name])
+            values[name] = _validate(adapter, values[name])
     # http_server.generate_request: generate_contract_error(await request.json()) -> 400.
     error = wheel.module("sglang.srt.entrypoints.api_contract").generate_contract_error(data)
     if error is not None:
@@ -523,7 +550,7 @@ def vertex(body: bytes, *, preferred: dict[str, Any] | None = None) -> Reading:
     """
     adapter, handler, built = _vertex()
     data = _json(body)
-    request = adapter.validate_python(data)
+    request = _validate(adapter, data)
     built.clear()
     try:
         answer = _run_now(handler(request, _RawRequest(data)))

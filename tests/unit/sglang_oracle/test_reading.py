@@ -7,12 +7,36 @@ import sys
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.fakes import sglang_engine as engine
 
 pytestmark = pytest.mark.skipif(not engine.WHEEL_INSTALLED, reason=engine.SKIP_REASON)
 
 CHAT = b'"model":"m","messages":[{"role":"user","content":"hi"}]'
+# Keys the routes read, so random bodies reach past validation into the conversions.
+_KEYS = [
+    *engine.FIELDS,
+    "model",
+    "messages",
+    "role",
+    "content",
+    "prompt",
+    "input",
+    "text",
+    "input_ids",
+    "max_tokens",
+    "sampling_params",
+    "options",
+    "instances",
+    "parameters",
+    "stream",
+    "stop",
+    "num_predict",
+    "seed",
+    "system",
+]
 
 
 def _chat(extra: bytes) -> bytes:
@@ -330,3 +354,23 @@ def test_generate_null_n_is_refused_by_the_batch_logic() -> None:
 def test_n_below_one_is_not_refused() -> None:
     """0.5.23's verify has no n check: n 0 is read as sent (GenerateReqInput fans out only n > 1)."""
     assert _one(engine.chat(_chat(b',"n":0')))["n"] == engine.FieldReading(0, True)
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=4),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.sampled_from(_KEYS), children, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(sorted(engine.DIALECTS)),
+    st.dictionaries(st.sampled_from(_KEYS), _json_values, max_size=6),
+)
+def test_the_oracle_answers_any_json_object(dialect: str, doc: dict[str, Any]) -> None:
+    """Whatever JSON object a route gets, the oracle gives readings or a refusal, never an error of its own."""
+    reading = engine.DIALECTS[dialect](json.dumps(doc).encode())
+    assert isinstance(reading, engine.Refused) or all(isinstance(s, engine.Sampling) for s in reading)
