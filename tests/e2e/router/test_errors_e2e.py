@@ -148,4 +148,5 @@ def test_other_v1_paths_are_forwarded_unjudged(two_models: RouterProcess) -> Non
     status, headers, body = post(two_models.url, "/v1/embeddings", {"model": MODEL, "input": "hi"})
     assert "x-contract-revision" not in headers
     assert headers.get("x-router-error-code") is None  # the worker answered, not the router
-    assert status == 404 and b"Not Found" in body  # engine-sim has no embeddings endpoint
+    assert status == 200 and json.loads(body)["object"] == "list"  # engine-sim's embeddings answer
+    assert "x-sim-sampling-params" not in headers  # an embedding samples nothing
