@@ -108,6 +108,7 @@ PURE_MODULES = (
     "dataplane/router/process/merge.py",
     "dataplane/engine/endpoints.py",
     "dataplane/engine/sim/scheduler.py",
+    "dataplane/engine/sim/forms.py",
 )
 IO_MODULES = frozenset(
     {"asyncio", "socket", "selectors", "subprocess", "time", "logging", "structlog", "grpc", "zmq", "uvloop"}
