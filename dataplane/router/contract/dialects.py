@@ -39,6 +39,20 @@ class Typing(enum.Enum):
     FORM = "form"
 
 
+class BatchRule(enum.Enum):
+    """When the engine reads a list of sampling objects one per prompt (SGLang 0.5.23,
+    ``GenerateReqInput.normalize_batch_and_arguments``). For ONE prompt (and n = 1) it does
+    ``dict(sampling_params)``: a list of one two-key object becomes ``{first_key: second_key}``
+    and every field falls back to the engine's default, so such a list must be refused."""
+
+    # /generate: the prompt is a batch when ``text`` is a list, else ``input_ids`` a list of
+    # lists, else ``input_embeds`` a list of lists of lists (the first non-null one decides).
+    SHAPE = "shape"
+    # Vertex: ``instances`` always give a list of prompts, unless ``parameters`` carries a
+    # prompt key of its own (it is spread into the request after them): then it is refused.
+    NO_PROMPT_KEYS = "no prompt keys"
+
+
 @dataclass(frozen=True, slots=True)
 class Dialect:
     name: str
@@ -48,6 +62,11 @@ class Dialect:
     # Where a client should send a field this dialect cannot carry (None: no such route).
     instead: str | None = "/v1/chat/completions"
     batch: bool = False  # the innermost container may be a list of objects
+    # Batches: which object holds the prompt keys (``text``, ``input_ids``, ``input_embeds``),
+    # as a depth along ``container`` (0: the body), and the rule that says a list of sampling
+    # objects meets a batch of prompts (``BatchRule``).
+    prompt_depth: int = 0
+    batch_rule: BatchRule | None = None
     routing: tuple[str, ...] = ("model", "stream")
     index: int = 0  # its place in ``DIALECTS`` (set there): compiled contracts keep one table per dialect
     # ``typing`` as flags, read per request (an enum comparison costs more).
@@ -67,7 +86,9 @@ CHAT: Final = Dialect(
 COMPLETIONS: Final = Dialect(
     "completions", (), Typing.LAX, _ALL, routing=("model", "stream", "max_tokens"), index=1
 )
-GENERATE: Final = Dialect("generate", ("sampling_params",), Typing.GATE, _ALL, batch=True, index=2)
+GENERATE: Final = Dialect(
+    "generate", ("sampling_params",), Typing.GATE, _ALL, batch=True, batch_rule=BatchRule.SHAPE, index=2
+)
 RESPONSES: Final = Dialect("responses", (), Typing.LAX, _ALL - {"n"}, index=3)
 MESSAGES: Final = Dialect(
     "messages",
@@ -94,6 +115,8 @@ VERTEX: Final = Dialect(
     _ALL,
     instead="/generate",
     batch=True,
+    prompt_depth=1,
+    batch_rule=BatchRule.NO_PROMPT_KEYS,
     routing=(),
     index=6,
 )

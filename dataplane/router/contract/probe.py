@@ -36,7 +36,7 @@ import msgspec
 from controlplane.contracts.fields import FIELDS
 from dataplane.errors import BadRequest
 from dataplane.router.contract.coercion import str_as_bool, str_as_float, str_as_int
-from dataplane.router.contract.dialects import CHAT, DIALECTS, Dialect
+from dataplane.router.contract.dialects import CHAT, DIALECTS, BatchRule, Dialect
 
 ABSENT: Final = 0
 NUMBER: Final = 1
@@ -112,6 +112,17 @@ def _struct(name: str, fields: list[tuple[str, object, object]]) -> type[msgspec
 _ROUTING_TYPES: Final[dict[str, type]] = {name: kind for kind, name in _ROUTING_NAMES.items()}
 
 
+# The engine's prompt keys, in the order it looks at them (``_determine_batch_size``), with the
+# nesting that makes each a batch: text a list, input_ids a list of lists, input_embeds a list of
+# lists of lists.
+_PROMPT_KEYS: Final = ("text", "input_ids", "input_embeds")
+_BATCH_SHAPES: Final = (
+    re.compile(rb"\["),
+    re.compile(rb"\[[ \t\r\n]*\["),
+    re.compile(rb"\[[ \t\r\n]*\[[ \t\r\n]*\["),
+)
+
+
 class _Level:
     """One object on a dialect's way to its fields: the decoder of that object and where its
     values land. ``fields``: SPEC §2 indices of the sampling keys it holds, in Struct order
@@ -131,6 +142,8 @@ class _Plan:
     """A dialect compiled into decoders, built once (msgspec: codecs built once)."""
 
     __slots__ = ("dialect", "levels", "routing", "top_is_leaf")
+    levels: tuple[_Level, ...]
+    top_is_leaf: bool
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
@@ -141,8 +154,15 @@ class _Plan:
         self.routing = bool(routing)
         keys = dialect.container
         levels: list[_Level] = []
+        # Batches: the prompt keys, read (as views) where the dialect keeps them, before the
+        # container key, which stays last in its Struct.
+        prompts: list[tuple[str, object, object]] = [(k, msgspec.Raw, _ABSENT_RAW) for k in _PROMPT_KEYS]
+
+        def at(depth: int) -> list[tuple[str, object, object]]:
+            return prompts if dialect.batch_rule is not None and depth == dialect.prompt_depth else []
+
         # The top level: the fields themselves (top-level dialects) or the first container key.
-        top = sampling + routing if not keys else [*routing, (keys[0], msgspec.Raw, _ABSENT_RAW)]
+        top = sampling + routing if not keys else [*routing, *at(0), (keys[0], msgspec.Raw, _ABSENT_RAW)]
         top_decoder = msgspec.json.Decoder(
             _struct(f"_{dialect.name}_body", top),
             # float_hook=float: a routing value like 1e400 reads as inf (as json.loads does)
@@ -152,7 +172,9 @@ class _Plan:
         )
         levels.append(_Level(top_decoder, () if keys else indices, keys[0] if keys else None))
         for depth, key in enumerate(keys[1:], start=1):
-            inner = _struct(f"_{dialect.name}_{keys[depth - 1]}", [(key, msgspec.Raw, _ABSENT_RAW)])
+            inner = _struct(
+                f"_{dialect.name}_{keys[depth - 1]}", [*at(depth), (key, msgspec.Raw, _ABSENT_RAW)]
+            )
             levels.append(_Level(msgspec.json.Decoder(inner), (), key))
         if keys:
             leaf = _struct(f"_{dialect.name}_{keys[-1]}", sampling)
@@ -410,8 +432,9 @@ def _decode_object(decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw) -> tupl
         raise BadRequest(_BODY_NOT_OBJECT) from None
 
 
-def _descend(probe: Probe, plan: _Plan, raw: msgspec.Raw) -> None:
-    """Read the fields under the container keys, from the value of the first one."""
+def _descend(probe: Probe, plan: _Plan, raw: msgspec.Raw, prompts: tuple[Any, ...]) -> None:
+    """Read the fields under the container keys, from the value of the first one; ``prompts``:
+    the prompt keys' values where the dialect keeps them (the body's, for depth 0)."""
     dialect = plan.dialect
     keys = dialect.container
     gate = dialect.gate
@@ -426,6 +449,11 @@ def _descend(probe: Probe, plan: _Plan, raw: msgspec.Raw) -> None:
             return
         level = levels[depth]
         if first == 0x5B and dialect.batch and level.next_key is None:  # [: a batch
+            if not _batch_of_prompts(dialect, prompts):
+                raise BadRequest(
+                    f"{key} is a list, but the request is not a batch of prompts: "
+                    "send one object for one prompt (the engine would not read a list there)"
+                )
             chain.append(raw)
             probe.batch = _read_batch(key, level, raw, gate)
             return
@@ -440,7 +468,22 @@ def _descend(probe: Probe, plan: _Plan, raw: msgspec.Raw) -> None:
             probe.raw = raw
             _read_fields(probe, values, level.fields, gate)
             return
-        raw = values[0]
+        if depth == dialect.prompt_depth:
+            prompts = values[-4:-1]
+        raw = values[-1]
+
+
+def _batch_of_prompts(dialect: Dialect, prompts: tuple[Any, ...]) -> bool:
+    """Whether the engine reads a list of sampling objects one per prompt (``BatchRule``)."""
+    present = [
+        (raw, shape) for raw, shape in zip(prompts, _BATCH_SHAPES, strict=True) if raw is not _ABSENT_RAW
+    ]
+    if dialect.batch_rule is BatchRule.NO_PROMPT_KEYS:
+        return not present
+    for raw, shape in present:
+        if _first_byte(raw) != 0x6E:  # the first non-null one decides
+            return shape.match(memoryview(raw)[:64]) is not None
+    return False
 
 
 def _read_batch(key: str, level: _Level, raw: msgspec.Raw, gate: bool) -> list[Reading]:
@@ -494,6 +537,6 @@ def probe_body(body: bytes, dialect: Dialect = CHAT) -> Probe:
         raw = values[-1]
         if raw is not _ABSENT_RAW:
             has_keys = True
-        _descend(probe, plan, raw)
+        _descend(probe, plan, raw, values[-4:-1] if dialect.prompt_depth == 0 else ())
     _locate_insertion(probe, body, has_keys)
     return probe

@@ -213,3 +213,35 @@ def test_a_coded_body_is_refused_on_judged_routes_only(name: bytes) -> None:
 def test_chat_stays_the_default_dialect() -> None:
     """probe_body without a dialect reads chat."""
     assert probe_body(b'{"temperature":0.5}').dialect is CHAT
+
+
+@pytest.mark.parametrize(
+    ("dialect", "body"),
+    [
+        (GENERATE, b'{"text":"hi","sampling_params":[{"stop":"x","temperature":0.5}]}'),
+        (GENERATE, b'{"input_ids":[1,2],"sampling_params":[{"stop":"x","temperature":0.5}]}'),
+        (GENERATE, b'{"text":null,"input_ids":[1],"sampling_params":[{}]}'),
+        (
+            VERTEX,
+            b'{"instances":[{}],"parameters":{"text":"hi","sampling_params":[{"stop":"x","temperature":0.5}]}}',
+        ),
+    ],
+)
+def test_a_list_of_sampling_objects_for_one_prompt_is_refused(dialect: Dialect, body: bytes) -> None:
+    """For one prompt the engine reads sampling_params with dict(): a list of one two-key object
+    becomes {"stop": "temperature"} and every field its default, so the router refuses the list."""
+    with pytest.raises(BadRequest, match="not a batch of prompts"):
+        _forward(body, dialect, '{"temperature": 0.5}')
+
+
+@pytest.mark.parametrize(
+    ("dialect", "body"),
+    [
+        (GENERATE, b'{"text":["hi"],"sampling_params":[{"temperature":0.5}]}'),
+        (GENERATE, b'{"text":null,"input_ids":[ [1],[2]],"sampling_params":[{},{}]}'),
+        (VERTEX, b'{"instances":[{"text":"hi"}],"parameters":{"sampling_params":[{"temperature":0.5}]}}'),
+    ],
+)
+def test_a_list_of_sampling_objects_for_a_batch_is_judged(dialect: Dialect, body: bytes) -> None:
+    """A batch of prompts (a text list, token-id lists, Vertex instances) takes the list."""
+    assert json.loads(_forward(body, dialect, '{"temperature": 0.5}'))

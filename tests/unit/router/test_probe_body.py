@@ -143,13 +143,13 @@ def test_generate_last_sampling_params_wins() -> None:
 def test_generate_non_object_sampling_params_is_a_bad_request(value: bytes) -> None:
     """A present, non-null sampling_params that is neither an object nor a list of objects is a 400."""
     with pytest.raises(BadRequest, match="sampling_params must be an object or a list of objects"):
-        probe_body(b'{"sampling_params":' + value + b"}", GENERATE)
+        probe_body(b'{"text":["a"],"sampling_params":' + value + b"}", GENERATE)
 
 
 def test_generate_empty_batch_is_a_bad_request() -> None:
     """An empty sampling_params list is a 400: there is nothing to inject into (SPEC §4)."""
     with pytest.raises(BadRequest, match="sampling_params must not be an empty list"):
-        probe_body(b'{"sampling_params":[]}', GENERATE)
+        probe_body(b'{"text":["a"],"sampling_params":[]}', GENERATE)
 
 
 def test_a_refused_body_leaves_no_state_behind() -> None:
