@@ -293,3 +293,176 @@ def random_generate_body(rng: random.Random, hints: list[str] | None = None) -> 
 def values_equal(a: float, b: float) -> bool:
     """Float equality as SPEC §3.3 uses it (NaN never equal)."""
     return not math.isnan(a) and a == b
+
+
+# --- bodies per dialect (SPEC §5.1) -----------------------------------------------------------
+_MESSAGE_LIST = '[{"role":"user","content":"hi"}]'
+# The keys each route needs to answer at all (else every body would be refused: vacuous).
+_REQUIRED: dict[str, list[tuple[str, str]]] = {
+    "chat": [("model", '"m"'), ("messages", _MESSAGE_LIST)],
+    "completions": [("model", '"m"'), ("prompt", '"hi"')],
+    "responses": [("model", '"m"'), ("input", '"hi"')],
+    "messages": [("model", '"m"'), ("max_tokens", "8"), ("messages", _MESSAGE_LIST)],
+}
+_TOP_ROUTING = {
+    "chat": ["stream", "max_tokens", "max_completion_tokens"],
+    "completions": ["stream", "max_tokens"],
+    "responses": ["stream"],
+    "messages": ["stream"],
+}
+
+
+def _sampling_pairs(rng: random.Random, hints: list[str] | None, most: int) -> list[tuple[str, str]]:
+    return [(rng.choice(_KEYS), _value(rng, 1, hints)) for _ in range(rng.randint(0, most))]
+
+
+# Keys an object of sampling parameters also holds (SamplingParams takes them; ``stop`` a string).
+_PARAM_KEYS = ["stop", "max_new_tokens", "regex"]
+
+
+def contract_fit(contract: SamplingContract) -> list[tuple[str, str]]:
+    """The contracted fields with values the contract accepts, as JSON pairs: an object holding
+    only these needs no injection (the router forwards it as it is)."""
+    pairs = []
+    for name, spec in contract.params.items():
+        value = spec.value if isinstance(spec, Exact) else spec.min
+        pairs.append((name, json.dumps(value)))
+    return pairs
+
+
+def _container(rng: random.Random, hints: list[str] | None, fit: list[tuple[str, str]] | None = None) -> str:
+    """A value for a key that should hold an object of sampling fields: mostly such an object
+    (adversarial keys and values), sometimes one that already fits the contract next to one
+    other parameter, sometimes null, empty, or not an object at all."""
+    kind = rng.randrange(8)
+    if kind == 0:
+        return rng.choice(["null", "{}", "{ }", "[]", '"x"', "1"])
+    if kind == 1 and fit:
+        pairs = [*fit, (rng.choice(_PARAM_KEYS), rng.choice(['"x"', "4", "null"]))]
+        rng.shuffle(pairs)
+        return _object(rng, pairs)
+    pairs = _sampling_pairs(rng, hints, 6)
+    if rng.randrange(4) == 0:
+        pairs.append((rng.choice(_PARAM_KEYS), rng.choice(['"x"', "4"])))
+    return _object(rng, pairs)
+
+
+def _with_required(rng: random.Random, pairs: list[tuple[str, str]], required: list[tuple[str, str]]) -> str:
+    if rng.randrange(10):  # now and then a body missing what the route needs
+        for pair in required:
+            pairs.insert(rng.randrange(len(pairs) + 1), pair)
+    return _object(rng, pairs)
+
+
+def random_top_level_body(
+    rng: random.Random, dialect: str, hints: list[str] | None = None, fit: list[tuple[str, str]] | None = None
+) -> bytes:
+    """chat, completions, responses, messages: the fields at the top level, next to the keys the
+    route needs; sampling keys repeated and escaped, routing keys at most once."""
+    pairs = [*fit] if fit and rng.randrange(8) == 0 else _sampling_pairs(rng, hints, 8)
+    for name in rng.sample(_TOP_ROUTING[dialect], rng.randint(0, 1)):
+        pairs.append((name, rng.choice(["true", "false", "null", "16"])))
+    return _with_required(rng, pairs, _REQUIRED[dialect]).encode()
+
+
+def random_ollama_body(
+    rng: random.Random, hints: list[str] | None = None, fit: list[tuple[str, str]] | None = None
+) -> bytes:
+    """Ollama: the fields under options (absent, null, repeated, not an object), top-level
+    sampling keys that the engine ignores, stream on or off."""
+    pairs = _sampling_pairs(rng, hints, 2)
+    for _ in range(rng.choice([0, 1, 1, 1, 2])):
+        pairs.append(("options", _container(rng, hints, fit)))
+    if rng.randrange(2):
+        pairs.append(("stream", rng.choice(["true", "false"])))
+    return _with_required(rng, pairs, [("model", '"m"'), ("messages", _MESSAGE_LIST)]).encode()
+
+
+def _prompt_and_params(rng: random.Random, hints: list[str] | None) -> tuple[list[tuple[str, str]], int]:
+    """A prompt (one text, a batch of texts, or token ids of either shape) and how many prompts."""
+    kind = rng.randrange(5)
+    if kind <= 1:
+        return [("text", '"hi"')], 1
+    if kind == 2:
+        k = rng.randint(1, 3)
+        return [("text", "[" + ",".join(['"hi"'] * k) + "]")], k
+    if kind == 3:
+        return [("input_ids", "[1,2]")], 1
+    k = rng.randint(1, 3)
+    return [("text", "null"), ("input_ids", "[" + ",".join(["[1,2]"] * k) + "]")], k
+
+
+def _sampling_params(
+    rng: random.Random, hints: list[str] | None, prompts: int, fit: list[tuple[str, str]] | None
+) -> str:
+    """sampling_params: an object, or a list (one per prompt, sometimes of another length, with
+    null or non-object elements)."""
+    if rng.randrange(3):
+        return _container(rng, hints, fit)
+    size = prompts if rng.randrange(4) else rng.randint(0, 3)
+    elements = [
+        _container(rng, hints, fit) if rng.randrange(6) else rng.choice(["null", "1"]) for _ in range(size)
+    ]
+    return "[" + ",".join(elements) + "]"
+
+
+def random_generate_dialect_body(
+    rng: random.Random, hints: list[str] | None = None, fit: list[tuple[str, str]] | None = None
+) -> bytes:
+    """/generate: one prompt or a batch, sampling_params an object or a list, repeated or not."""
+    pairs, prompts = _prompt_and_params(rng, hints)
+    for _ in range(rng.choice([0, 1, 1, 1, 2])):
+        pairs.append(("sampling_params", _sampling_params(rng, hints, prompts, fit)))
+    pairs += _sampling_pairs(rng, hints, 2)  # top-level sampling keys: not where /generate reads
+    rng.shuffle(pairs)
+    return _object(rng, pairs).encode()
+
+
+def random_vertex_body(
+    rng: random.Random, hints: list[str] | None = None, fit: list[tuple[str, str]] | None = None
+) -> bytes:
+    """Vertex predict: instances (the prompts), parameters holding sampling_params (object or
+    list), sometimes a prompt key of its own, sometimes absent or null."""
+    k = rng.randint(1, 3)
+    instances = "[" + ",".join(['{"text":"hi"}'] * k) + "]"
+    pairs: list[tuple[str, str]] = [("instances", instances if rng.randrange(8) else "[{}]")]
+    for _ in range(rng.choice([0, 1, 1, 1, 2])):
+        if rng.randrange(8) == 0:
+            pairs.append(("parameters", rng.choice(["null", "{}", "[]"])))
+            continue
+        inner = [("sampling_params", _sampling_params(rng, hints, k, fit))] if rng.randrange(6) else []
+        if rng.randrange(6) == 0:
+            inner.append(("text", '"hi"'))
+        inner += [("max_new_tokens", "4")] * rng.randrange(2)
+        rng.shuffle(inner)
+        pairs.append(("parameters", _object(rng, inner)))
+    rng.shuffle(pairs)
+    return _object(rng, pairs).encode()
+
+
+FORM_BOUNDARY = "fuzzb0undary"
+FORM_CONTENT_TYPE = f"multipart/form-data; boundary={FORM_BOUNDARY}"
+
+
+def random_transcription_body(
+    rng: random.Random, hints: list[str] | None = None, fit: list[tuple[str, str]] | None = None
+) -> bytes:
+    """The transcription form: the audio file, model, and temperature fields repeated, empty,
+    numeric-looking strings or uploads."""
+    fields: list[tuple[str, str, bool]] = []
+    for _ in range(rng.randint(0, 3)):
+        if hints and rng.randrange(2):
+            text = rng.choice(hints).strip('"')
+        else:
+            text = _string_text(rng) if rng.randrange(3) else _number(rng)
+        fields.append(("temperature", text, rng.randrange(10) == 0))
+    if rng.randrange(2):
+        fields.append(("model", "whisper", False))
+    rng.shuffle(fields)
+    if rng.randrange(10):
+        fields.insert(rng.randrange(len(fields) + 1), ("file", "RIFF....WAVE", True))
+    parts = []
+    for name, value, upload in fields:
+        disposition = f'form-data; name="{name}"' + ('; filename="a.wav"' if upload else "")
+        parts.append(f"--{FORM_BOUNDARY}\r\nContent-Disposition: {disposition}\r\n\r\n{value}\r\n")
+    return ("".join(parts) + f"--{FORM_BOUNDARY}--\r\n").encode("utf-8", "surrogatepass")

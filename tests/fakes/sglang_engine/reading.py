@@ -388,6 +388,11 @@ def _generate_adapters() -> dict[str, pydantic.TypeAdapter[Any]]:
     }
 
 
+# More sequences than this (a client's n of a million) are read as the distinct sampling objects
+# they repeat, not expanded one by one.
+_MAX_SEQUENCES = 4096
+
+
 def _generate_from_fields(values: dict[str, Any], preferred: dict[str, Any] | None) -> Reading:
     """GenerateReqInput(**values) through normalize_batch_and_arguments and obj[i]."""
     shape = _shape_class()()
@@ -410,9 +415,15 @@ def _generate_from_fields(values: dict[str, Any], preferred: dict[str, Any] | No
             else shape.batch_size * shape.parallel_sample_num
         )
         try:
-            shape._expand_inputs(num)  # first of _normalize_batch_inputs' steps (a float n fails here)
-            shape._normalize_sampling_params(num)
-            items = [shape.sampling_params[i] for i in range(num)]  # obj[i] for i in range(batch_size)
+            if num > _MAX_SEQUENCES and isinstance(num, int):
+                # The engine would schedule ``num`` sequences (or exhaust its memory trying);
+                # they repeat the sampling objects below, which are all the oracle must read.
+                params = shape.sampling_params
+                items = list({id(p): p for p in (params if isinstance(params, list) else [params])}.values())
+            else:
+                shape._expand_inputs(num)  # first of _normalize_batch_inputs' steps (a float n fails here)
+                shape._normalize_sampling_params(num)
+                items = [shape.sampling_params[i] for i in range(num)]  # obj[i] for i in range(batch_size)
         except (IndexError, TypeError, ValueError) as exc:
             return Refused("normalize", str(exc))
     out: list[Sampling] = []
