@@ -8,6 +8,3 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-# The test oracle (tests/fakes/sglang_engine): SGLang's own request code, without its
-# dependencies (torch, CUDA kernels); the few pure ones its request modules import are dev deps.
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps sglang==0.5.23

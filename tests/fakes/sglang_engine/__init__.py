@@ -4,7 +4,7 @@
 engine ends up with (or that it refuses the body); ``routes`` reads the engine's route table
 from the wheel. ``wheel`` loads the wheel's modules without torch (its docstring says why the
 guards cannot change what is tested). Tests skip when the wheel is missing:
-``scripts/bootstrap.sh`` installs it.
+``scripts/test.sh`` installs it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from tests.fakes.sglang_engine.routes import NOT_SAMPLING, EngineRoute, engine_r
 from tests.fakes.sglang_engine.wheel import VERSION, GuardedUse, WheelMissing, installed_version
 
 WHEEL_INSTALLED = installed_version() == VERSION
-SKIP_REASON = f"sglang=={VERSION} wheel not installed (scripts/bootstrap.sh installs it with --no-deps)"
+SKIP_REASON = f"sglang=={VERSION} wheel not installed (scripts/test.sh installs it with --no-deps)"
 
 __all__ = [
     "DIALECTS",

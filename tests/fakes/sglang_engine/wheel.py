@@ -1,6 +1,6 @@
 """Loading SGLang 0.5.23's own request-handling modules from its wheel, without torch.
 
-The wheel is installed with ``pip install --no-deps sglang==0.5.23`` (``scripts/bootstrap.sh``).
+The wheel is installed with ``pip install --no-deps sglang==0.5.23`` (``scripts/test.sh``).
 Its ``sglang/__init__.py`` imports the whole runtime (torch, FlashInfer, transformers), so it
 is never run: ``sglang`` is registered as an empty package whose ``__path__`` is the wheel's
 directory, and the submodules we need (request models, conversions, the ``/generate`` gate,
@@ -59,7 +59,7 @@ MODULES = (
 
 
 class WheelMissing(RuntimeError):
-    """The sglang 0.5.23 wheel is not installed (``scripts/bootstrap.sh`` installs it)."""
+    """The sglang 0.5.23 wheel is not installed (``scripts/test.sh`` installs it)."""
 
 
 class GuardedUse(RuntimeError):
@@ -125,7 +125,7 @@ def root() -> Path:
     """The wheel's ``sglang`` directory (never imported as a package)."""
     version = installed_version()
     if version != VERSION:
-        raise WheelMissing(f"sglang=={VERSION} is not installed (found {version}); run scripts/bootstrap.sh")
+        raise WheelMissing(f"sglang=={VERSION} is not installed (found {version}); run scripts/test.sh")
     located = Path(str(importlib.metadata.distribution("sglang").locate_file("sglang")))
     if not (located / "srt" / "entrypoints" / "http_server.py").is_file():
         raise WheelMissing(f"sglang wheel files not found under {located}")
