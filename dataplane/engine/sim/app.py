@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -119,9 +120,13 @@ class SimApp:
         self._routes[b"/generate"] = ((b"POST", b"PUT"), self._generate)
         self._routes[b"/v1/responses"] = (post, self._responses)
         self._routes[b"/v1/messages"] = (post, self._messages)
-        self._routes[b"/api/chat"] = (post, self._ollama_chat)
-        self._routes[b"/api/generate"] = (post, self._ollama_generate)
-        self._routes[b"/vertex_generate"] = (post, self._vertex)
+        # SGLang reads these three paths from the environment when it starts (http_server.py).
+        self._routes[_env_path("SGLANG_OLLAMA_CHAT_ROUTE", "/api/chat")] = (post, self._ollama_chat)
+        self._routes[_env_path("SGLANG_OLLAMA_GENERATE_ROUTE", "/api/generate")] = (
+            post,
+            self._ollama_generate,
+        )
+        self._routes[_env_path("AIP_PREDICT_ROUTE", "/vertex_generate")] = (post, self._vertex)
         self._routes[b"/v1/audio/transcriptions"] = (post, self._transcription)
         # Routes that sample nothing (SPEC §5.1's unjudged list), answered honestly and simply.
         self._routes[b"/v1/embeddings"] = (post, self._embeddings)
@@ -722,3 +727,8 @@ async def _wait_finished(sim: SimRequest, rank: SimRank, progress: Progress, res
         return True
     finally:
         gone.cancel()
+
+
+def _env_path(variable: str, default: str) -> bytes:
+    """A route path as SGLang takes it: ``os.environ.get(variable, default)``."""
+    return os.environ.get(variable, default).encode()
