@@ -127,3 +127,77 @@ def test_generated_bodies_reach_every_outcome(name: str) -> None:
     counts = Counter(run(seed, name) for seed in range(600))
     assert counts["forwarded"] + counts["injected"] >= 30, counts
     assert counts["injected"] >= 20 and counts["violation"] >= 60, counts
+
+
+# -- pinned tables: one spelling of the temperature per row, under {"temperature": 1} ------------
+WRAP: dict[str, Callable[[bytes], bytes]] = {
+    "chat": lambda f: b'{"model":"m","messages":[{"role":"user","content":"hi"}],' + f + b"}",
+    "completions": lambda f: b'{"model":"m","prompt":"hi",' + f + b"}",
+    "responses": lambda f: b'{"model":"m","input":"hi",' + f + b"}",
+    "messages": lambda f: (
+        b'{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"hi"}],' + f + b"}"
+    ),
+    "ollama": lambda f: b'{"model":"m","messages":[{"role":"user","content":"hi"}],"options":{' + f + b"}}",
+    "generate": lambda f: b'{"text":"hi","sampling_params":{' + f + b"}}",
+    "vertex": lambda f: b'{"instances":[{"text":"hi"}],"parameters":{"sampling_params":{' + f + b"}}}",
+}
+LAX = ("chat", "completions", "responses", "messages")  # the route's pydantic model, lax
+GATE = ("ollama", "generate", "vertex")  # JSON numbers only
+# spelling -> what the router does on the lax routes and on the gated ones: "forwarded" (as it
+# is), "injected" (the contracted value added last), "violation" (400 before admission),
+# "bad_request" (400: not one JSON object the engine would read either).
+SPELLINGS: list[tuple[bytes, str, str]] = [
+    (b'"temperature":1', "forwarded", "forwarded"),
+    (b'"temperature":1.0', "forwarded", "forwarded"),
+    (b'"temperature":"1"', "forwarded", "violation"),  # a string: pydantic reads it, SamplingParams never
+    (b'"temperature":" 1 "', "forwarded", "violation"),
+    (b'"temperature":"1_0"', "violation", "violation"),  # pydantic: 10
+    (b'"temperature":true', "forwarded", "violation"),  # pydantic: 1.0; the gate refuses bools
+    (b'"temperature":null', "injected", "injected"),
+    (b'"temperature":NaN', "bad_request", "bad_request"),  # orjson refuses the literal
+    (b'"temperature":1e400', "violation", "violation"),  # beyond float range: unusable
+    (b'"temperature":[1]', "violation", "violation"),
+    (b'"temperature":{"a":1}', "violation", "violation"),
+    (b'"\\u0074emperature":1', "forwarded", "forwarded"),  # keys compare after unescaping
+    (b'"temperature":0.2,"temperature":1', "forwarded", "forwarded"),  # the last wins
+    (b'"temperature":1,"temperature":0.2', "violation", "violation"),
+    (b'"temperature":1,"temperature":null', "injected", "injected"),
+]
+
+
+def _outcome(dialect: Dialect, body: bytes) -> tuple[str, bytes]:
+    compiled = compile_contract(
+        SamplingContract({"temperature": Exact(1)}, ConflictPolicy.REJECT), scope="*", revision=1
+    )
+    try:
+        forwarded = bytes(enforce(compiled, probe_body(body, dialect), body, "/route"))
+    except BadRequest:
+        return "bad_request", b""
+    except SamplingContractViolation:
+        return "violation", b""
+    return ("forwarded" if forwarded == body else "injected"), forwarded
+
+
+@pytest.mark.parametrize("name", sorted(WRAP))
+@pytest.mark.parametrize(("spelling", "lax", "gate"), SPELLINGS, ids=[s.decode() for s, _, _ in SPELLINGS])
+def test_pinned_spellings(name: str, spelling: bytes, lax: str, gate: str) -> None:
+    """Each spelling of a temperature, on each route, is read as that route's engine reads it."""
+    dialect = DIALECTS[name]
+    body = WRAP[name](spelling)
+    outcome, forwarded = _outcome(dialect, body)
+    assert outcome == (lax if name in LAX else gate)
+    if forwarded:
+        reading = engine.DIALECTS[name](forwarded)
+        assert not isinstance(reading, engine.Refused), reading
+        assert [float(s.value("temperature")) for s in reading] == [1.0]
+
+
+@pytest.mark.parametrize("name", sorted(WRAP))
+@pytest.mark.parametrize(
+    "encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-8-sig"], ids=lambda e: str(e)
+)
+def test_bodies_the_engine_cannot_decode_are_bad_requests(name: str, encoding: str) -> None:
+    """UTF-16/32 (with or without BOM) and a UTF-8 BOM: orjson refuses them, and so does the router."""
+    body = WRAP[name](b'"temperature":0.2').decode().encode(encoding)
+    assert _outcome(DIALECTS[name], body)[0] == "bad_request"
+    assert isinstance(engine.DIALECTS[name](body), engine.Refused)
