@@ -12,7 +12,9 @@ counted: bench/router_overhead.py measures that):
   two fields: every feature on) forwards it over its pooled HTTP/1.1 upstream connection, whose
   transport answers with engine-sim's answer bytes; the client's next request follows its answer;
 - ``bare``: the same front door and request with a handler that answers the same bytes at once:
-  the baseline of one HTTP hop on the same stack.
+  the baseline of one HTTP hop on the same stack;
+- ``--dialects``: the router again, with the same text sent to ``/v1/responses`` and to
+  ``/generate`` (fields under ``sampling_params``).
 
 Each row is measured as (instructions of N requests - instructions of N/4 requests) / (3N/4), so
 interpreter start-up and imports cancel out.
@@ -55,6 +57,24 @@ UPSTREAM_ANSWER = (
 REQUEST = post(
     "127.0.0.1", 8000, "/v1/chat/completions", chat_body(MODEL, stream=False, size=1024, max_tokens=16)
 )
+# The same ~1 KiB of text on two other dialects (SPEC §5.1): top level (/v1/responses) and
+# nested under sampling_params (/generate); the contract injects there the same way.
+_TEXT = "x" * 900
+ROUTE_REQUESTS = {
+    "router": REQUEST,
+    "responses": post(
+        "127.0.0.1",
+        8000,
+        "/v1/responses",
+        json.dumps({"model": MODEL, "input": _TEXT, "max_output_tokens": 16}).encode(),
+    ),
+    "generate": post(
+        "127.0.0.1",
+        8000,
+        "/generate",
+        json.dumps({"text": _TEXT, "sampling_params": {"max_new_tokens": 16}}).encode(),
+    ),
+}
 
 
 class _Socket:
@@ -112,7 +132,8 @@ async def _drive(mode: str, n: int) -> None:
     from dataplane.router.upstream.h1 import pool as upstream_h1
 
     loop = asyncio.get_running_loop()
-    if mode == "router":
+    request = ROUTE_REQUESTS.get(mode, REQUEST)
+    if mode in ROUTE_REQUESTS:
         url = "http://127.0.0.1:9"
         args = ["--listen", "127.0.0.1:0", "--worker", url, "--override-sampling-params", CONTRACT]
         router = Router(settings_from_args(build_parser().parse_args(args)))
@@ -148,10 +169,10 @@ async def _drive(mode: str, n: int) -> None:
         if answered >= n:
             done.set_result(None)
         else:
-            loop.call_soon(client.data_received, REQUEST)
+            loop.call_soon(client.data_received, request)
 
     client.connection_made(MemoryTransport(on_answer))  # type: ignore[arg-type]
-    loop.call_soon(client.data_received, REQUEST)
+    loop.call_soon(client.data_received, request)
     await done
 
 
@@ -185,7 +206,10 @@ def _instructions(mode: str, n: int) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--inner", choices=("router", "bare"), help=argparse.SUPPRESS)
+    parser.add_argument("--inner", choices=("bare", *ROUTE_REQUESTS), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--dialects", action="store_true", help="also /v1/responses and /generate (SPEC §5.1), same contract"
+    )
     args = parser.parse_args()
     if args.inner:
         import gc
@@ -201,12 +225,12 @@ def main() -> int:
         return 2
     n, small = args.requests, args.requests // 4
     per_request = {}
-    for mode in ("bare", "router"):
+    for mode in ("bare", "router", *(("responses", "generate") if args.dialects else ())):
         per_request[mode] = (_instructions(mode, n) - _instructions(mode, small)) / (n - small)
     print(f"router instructions — 1 KiB chat body, in-memory transports, uvloop, {n} - {small} requests")
-    print(f"{'mode':<8}{'instructions/req':>18}{'x bare':>8}")
+    print(f"{'mode':<10}{'instructions/req':>18}{'x bare':>8}")
     for mode, value in per_request.items():
-        print(f"{mode:<8}{value:>18,.0f}{value / per_request['bare']:>8.2f}")
+        print(f"{mode:<10}{value:>18,.0f}{value / per_request['bare']:>8.2f}")
     return 0
 
 
