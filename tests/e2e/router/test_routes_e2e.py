@@ -12,6 +12,7 @@ import pytest
 
 from tests.e2e.router.conftest import MODEL, engine_read, error_of, post
 from tests.fakes.engine_sim import EngineSim
+from tests.fakes.h2c import h2c_requests
 from tests.fakes.router import RouterProcess
 
 CONTRACT = '{"temperature": 1, "top_p": 0.95}'
@@ -197,3 +198,26 @@ def test_get_contract_lists_the_route_table(router: RouterProcess) -> None:
         "origin": "--route",
     }
     assert routes["/get_load"]["judged"] is False and routes["/v1/responses"]["dialect"] == "responses"
+
+
+def test_dialects_over_an_h2c_front_door(router: RouterProcess) -> None:
+    """Clients speaking h2c to the router get the same judging on the new routes."""
+    injected, refused, unknown = h2c_requests(
+        router,
+        [
+            ("POST", "/v1/responses", json.dumps({"model": MODEL, "input": "hi"}).encode()),
+            (
+                "POST",
+                "/v1/messages",
+                json.dumps({"model": MODEL, "max_tokens": 2, "messages": MESSAGES, "top_p": 0.5}).encode(),
+            ),
+            ("POST", "/v1/anything", b"{}"),
+        ],
+    )
+    assert injected[0][":status"] == "200"
+    assert json.loads(injected[0]["x-sim-sampling-params"])["temperature"] == 1.0
+    assert (refused[0][":status"], refused[0]["x-router-error-code"]) == (
+        "400",
+        "sampling_contract_violation",
+    )
+    assert (unknown[0][":status"], unknown[0]["x-router-error-code"]) == ("404", "route_not_found")
