@@ -1,4 +1,4 @@
-"""What the fleetplane router adds over talking to engine-sim directly (issue 6 benchmark).
+"""What the fleetplane router adds over talking to engine-sim directly.
 
     python bench/router_overhead.py [--duration-s 2] [--repeats 3] [--connections 16]
         [--modes both|non-streaming|streaming]

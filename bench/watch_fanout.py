@@ -1,4 +1,4 @@
-"""WatchContracts fan-out latency and UpdateContract throughput (SPEC §6; issue 4).
+"""WatchContracts fan-out latency and UpdateContract throughput (SPEC §6).
 
 One control plane (subprocess, SQLite WAL + synchronous=FULL in a temp dir). For N watch streams
 spread over client processes, time from UpdateContract returning to each watcher holding that
