@@ -10,14 +10,14 @@ from pathlib import Path
 
 import grpc
 
-from controlplane.contracts import contract_to_proto_params, parse_contract_json
 from controlplane.v1 import contract_pb2 as pb
 from controlplane.v1 import contract_pb2_grpc
 from tests.fakes.control_plane import ROOT, ControlPlaneProcess
 
 
 def _update(target: str, scope: str) -> pb.Contract:
-    params, policy = contract_to_proto_params(parse_contract_json('{"temperature": 1}'))
+    params = {"temperature": pb.ParamSpec(exact=1.0)}  # the contract {"temperature": 1}
+    policy = pb.CONFLICT_POLICY_REJECT
     with grpc.insecure_channel(target) as channel:
         stub = contract_pb2_grpc.ContractServiceStub(channel)
         req = pb.UpdateContractRequest(scope=scope, params=params, conflict=policy, allow_missing=True)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import grpc
 
-from controlplane.contracts import contract_to_proto_params, parse_contract_json
 from controlplane.v1 import contract_pb2 as pb
 from controlplane.v1 import contract_pb2_grpc
 from tests.fakes.control_plane import ControlPlaneProcess
@@ -23,10 +22,13 @@ def _temperature(comment: str) -> float:
 
 
 def _request(scope: str, comment: str, expected: int | None = None) -> pb.UpdateContractRequest:
-    text = f'{{"temperature": {_temperature(comment)}, "top_k": {{"min": 1, "max": 40}}}}'
-    params, policy = contract_to_proto_params(parse_contract_json(text))
+    # {"temperature": T, "top_k": {"min": 1, "max": 40}} as the API's messages (SPEC §6).
+    params = {
+        "temperature": pb.ParamSpec(exact=_temperature(comment)),
+        "top_k": pb.ParamSpec(band=pb.Band(min=1, max=40)),
+    }
     req = pb.UpdateContractRequest(
-        scope=scope, params=params, conflict=policy, allow_missing=True, comment=comment
+        scope=scope, params=params, conflict=pb.CONFLICT_POLICY_REJECT, allow_missing=True, comment=comment
     )
     if expected is not None:
         req.expected_version = expected
