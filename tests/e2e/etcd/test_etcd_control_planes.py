@@ -17,7 +17,7 @@ import pytest
 
 from controlplane.v1 import contract_pb2 as pb
 from controlplane.v1 import contract_pb2_grpc
-from tests.e2e.controlplane.test_crash import WRITERS, _history, _request, _temperature, _writer
+from tests.fakes.contract_writers import WRITERS, contract_history, temperature_for, update_request, writer
 from tests.fakes.control_plane import ROOT, ControlPlaneProcess
 from tests.fakes.etcd import EtcdServer
 
@@ -75,7 +75,7 @@ def test_sigkill_of_one_plane_during_writes_loses_no_acknowledged_write(etcd: Et
     with ControlPlaneProcess("--store", store) as a, ControlPlaneProcess("--store", store) as b:
         stop = threading.Event()
         threads = [
-            threading.Thread(target=_writer, args=(a.target, i, acked, stop), daemon=True)
+            threading.Thread(target=writer, args=(a.target, i, acked, stop), daemon=True)
             for i in range(WRITERS)
         ]
         for t in threads:
@@ -92,7 +92,7 @@ def test_sigkill_of_one_plane_during_writes_loses_no_acknowledged_write(etcd: Et
         for target in (b.target, a.target):
             with grpc.insecure_channel(target) as channel:
                 stub = contract_pb2_grpc.ContractServiceStub(channel)
-                history = {scope: _history(stub, scope) for scope in {c.scope for c in acked}}
+                history = {scope: contract_history(stub, scope) for scope in {c.scope for c in acked}}
                 by_key = {(v.scope, v.version): v for versions in history.values() for v in versions}
                 for c in acked:
                     stored = by_key[(c.scope, c.version)]
@@ -106,7 +106,7 @@ def test_sigkill_of_one_plane_during_writes_loses_no_acknowledged_write(etcd: Et
                     assert [v.version for v in versions] == list(range(len(versions), 0, -1)), scope
                     assert all(x.revision > y.revision for x, y in itertools.pairwise(versions))
                     for v in versions:  # committed but unacknowledged versions are complete too
-                        assert v.params["temperature"].exact == _temperature(v.comment)
+                        assert v.params["temperature"].exact == temperature_for(v.comment)
                     revisions += [v.revision for v in versions]
                 # One counter in etcd: every revision used exactly once, none skipped.
                 assert sorted(revisions) == list(range(1, len(revisions) + 1))
@@ -116,7 +116,7 @@ def test_sigkill_of_one_plane_during_writes_loses_no_acknowledged_write(etcd: Et
                     time.sleep(0.05)
         with grpc.insecure_channel(b.target) as channel:
             stub = contract_pb2_grpc.ContractServiceStub(channel)
-            after = stub.UpdateContract(_request("after", "after-crash")).contract
+            after = stub.UpdateContract(update_request("after", "after-crash")).contract
             assert after.revision == len(revisions) + 1
 
 

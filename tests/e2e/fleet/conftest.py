@@ -6,74 +6,15 @@ router expects it (SPEC §1 ``--control-plane HOST:PORT``).
 
 from __future__ import annotations
 
-import json
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
 from tests.fakes.control_plane import ControlPlaneProcess
 from tests.fakes.engine_sim import EngineSim, kv_endpoint_with_free_load_ports
+from tests.fakes.fleet import MODEL, ROUTER_ID, Fleet, fleetplane
+from tests.fakes.ports import free_port
 from tests.fakes.router import RouterProcess
-
-ROOT = Path(__file__).resolve().parents[3]
-MODEL = "fleet-model"
-ROUTER_ID = "e2e-router"
-
-
-@dataclass
-class Fleet:
-    """The running processes and how to drive them as an operator would."""
-
-    control: ControlPlaneProcess
-    engines: tuple[EngineSim, EngineSim]
-    router: RouterProcess
-
-    def fleetplane(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run ``fleetplane ARGS --control-plane TARGET`` and return its result."""
-        return fleetplane(self.control.target, *args, check=check)
-
-    def fleetplane_json(self, *args: str) -> Any:
-        """``fleetplane ARGS --output json`` decoded."""
-        return json.loads(self.fleetplane(*args, "--output", "json").stdout)
-
-
-def fleetplane(target: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """The operator CLI as a process (``python -m controlplane.cli.main`` is ``fleetplane``)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "controlplane.cli.main", *args, "--control-plane", target],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    if check:
-        assert done.returncode == 0, f"fleetplane {args}: exit {done.returncode}: {done.stderr}"
-    return done
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(predicate: Callable[[], Any], timeout_s: float, interval_s: float = 0.02) -> Any:
-    """Poll until ``predicate()`` is truthy and return it; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout_s} s: {predicate}")
-        time.sleep(interval_s)
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 
+from tests.fakes.chat_stream import post_chat
 from tests.fakes.engine_sim import EngineSim
+from tests.fakes.process_tree import wait_for
 from tests.fakes.router import RouterProcess
-
-from .conftest import post_chat, wait_for
 
 
 def _failed_attempts(router: RouterProcess, url: str) -> float:

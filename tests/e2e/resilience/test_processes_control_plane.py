@@ -18,13 +18,12 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.fleet.conftest import fleetplane, wait_for
-from tests.e2e.router.conftest import chat, post
+from tests.fakes.chat_client import chat, post
 from tests.fakes.control_plane import ControlPlaneProcess
 from tests.fakes.engine_sim import EngineSim
+from tests.fakes.fleet import fleetplane, wait_for
+from tests.fakes.process_tree import children_of
 from tests.fakes.router import RouterProcess
-
-from .conftest import children_of
 
 MODEL = "procs-model"
 REQUESTS = 24  # over fresh connections: both children get some (SO_REUSEPORT hashes the 4-tuple)

@@ -17,12 +17,12 @@ from collections.abc import Iterator
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.fleet.conftest import fleetplane
+from tests.fakes.chat_stream import MODEL, post_chat
 from tests.fakes.control_plane import ControlPlaneProcess
 from tests.fakes.engine_sim import EngineSim
+from tests.fakes.fleet import fleetplane
+from tests.fakes.process_tree import children_of, wait_for
 from tests.fakes.router import RouterProcess
-
-from .conftest import MODEL, children_of, post_chat, wait_for
 
 CHAT = "/v1/chat/completions"
 CONTRACT = '{"temperature": 0.5}'

@@ -10,10 +10,11 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from tests.fakes.chat_stream import open_stream, post_chat, read_events
 from tests.fakes.engine_sim import ROOT, EngineSim
+from tests.fakes.ports import free_port
+from tests.fakes.process_tree import alive, children_of, wait_for
 from tests.fakes.router import RouterProcess
-
-from .conftest import alive, children_of, free_port, open_stream, post_chat, read_events, wait_for
 
 
 def test_graceful_drain_finishes_in_flight_streams() -> None:

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import time
 
 import pytest
 
-from dataplane.router.upstream.h2c.pool import H2Pool
+from tests.fakes.chat_stream import open_stream, post_chat, read_events
 from tests.fakes.engine_sim import EngineSim
+from tests.fakes.h2c import h2c_request
+from tests.fakes.ports import free_port
+from tests.fakes.process_tree import wait_for
 from tests.fakes.router import RouterProcess
-
-from .conftest import free_port, open_stream, post_chat, read_events, wait_for
 
 
 def _healthy(router: RouterProcess, url: str) -> float | None:
@@ -119,16 +119,10 @@ def _engine_reqs(sim: EngineSim, http2: bool) -> int:
     if not http2:
         return sum(rank["num_reqs"] for rank in sim.get_json("/get_load"))
 
-    async def fetch() -> int:
-        pool = H2Pool(sim.host, sim.port)
-        try:
-            resp = await pool.request(b"GET", b"/get_load", [], b"", timeout_s=5)
-            body = resp.buffered_body() or b"".join([c async for c in resp.chunks()])
-            return sum(rank["num_reqs"] for rank in json.loads(body))
-        finally:
-            await pool.close()
-
-    return asyncio.run(fetch())
+    # A stock h2 client (prior knowledge), not the router's own pool: the engine's view, unfiltered.
+    return sum(
+        rank["num_reqs"] for rank in h2c_request(sim.host, sim.port, "GET", "/get_load", timeout_s=5).json()
+    )
 
 
 @pytest.mark.parametrize("http2", [False, True], ids=["http1", "h2c"])

@@ -1,86 +1,44 @@
-"""Shared processes for the router end-to-end tests: engine-sims started once per module."""
+"""Router processes for the router's acceptance tests: engine-sims, a router under a contract, a
+recording worker, each started once per module."""
 
 from __future__ import annotations
 
-import http.client
-import json
-import socket
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
+from tests.fakes.chat_client import MODEL as SIM_MODEL
 from tests.fakes.engine_sim import EngineSim
-
-MODEL = "sim-model"
+from tests.fakes.raw_http import CONTRACT, MODEL, CaptureWorker
+from tests.fakes.router import RouterProcess
 
 
 @pytest.fixture(scope="module")
 def sims() -> Iterator[tuple[EngineSim, EngineSim]]:
     """Two HTTP/1.1 engine-sims serving ``sim-model``."""
-    with EngineSim("--model", MODEL) as a, EngineSim("--model", MODEL) as b:
+    with EngineSim("--model", SIM_MODEL) as a, EngineSim("--model", SIM_MODEL) as b:
         yield a, b
 
 
-def post(
-    url: str,
-    path: str,
-    body: bytes | dict[str, Any],
-    headers: dict[str, str] | None = None,
-    timeout_s: float = 10.0,
-) -> tuple[int, dict[str, str], bytes]:
-    """POST over a fresh HTTP/1.1 connection: (status, lower-cased headers, body)."""
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
+@pytest.fixture(scope="module")
+def sim() -> Iterator[EngineSim]:
+    """One HTTP/1.1 engine-sim serving ``MODEL``."""
+    with EngineSim("--model", MODEL) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def router(sim: EngineSim) -> Iterator[RouterProcess]:
+    """A standalone router in front of ``sim`` with ``CONTRACT`` under reject."""
+    with RouterProcess("--worker", sim.url, "--override-sampling-params", CONTRACT) as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def capture() -> Iterator[CaptureWorker]:
+    """A worker that records the exact bytes the router forwards."""
+    worker = CaptureWorker()
     try:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        conn.request("POST", path, data, {"content-type": "application/json", **(headers or {})})
-        resp = conn.getresponse()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        yield worker
     finally:
-        conn.close()
-
-
-def chat(model: str = MODEL, **fields: Any) -> dict[str, Any]:
-    """A small chat body with extra top-level fields."""
-    return {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, **fields}
-
-
-def engine_read(headers: dict[str, str]) -> dict[str, Any]:
-    """What the engine read for the eight sampling fields (engine-sim's x-sim-sampling-params)."""
-    return json.loads(headers["x-sim-sampling-params"])  # type: ignore[no-any-return]
-
-
-def error_of(status: int, headers: dict[str, str], body: bytes) -> tuple[int, str, dict[str, Any]]:
-    """(status, x-router-error-code, the envelope's error object) of an error answer."""
-    envelope = json.loads(body)
-    assert set(envelope) == {"error"}
-    err = envelope["error"]
-    assert err["type"] == ("invalid_request_error" if status < 500 else "server_error")
-    assert headers.get("x-router-error-code") == err["code"]
-    return status, err["code"], err
-
-
-def send_raw_chat(host: str, port: int, body: dict[str, object]) -> socket.socket:
-    """POST ``body`` to /v1/chat/completions on a fresh raw HTTP/1.1 connection; the socket to read."""
-    payload = json.dumps(body).encode()
-    sock = socket.create_connection((host, port))
-    sock.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-        b"content-length: %d\r\n\r\n%s" % (len(payload), payload)
-    )
-    return sock
-
-
-def read_json_answer(sock: socket.socket, timeout_s: float = 10.0) -> tuple[bytes, bytes]:
-    """Read one answer with a JSON body (until its closing brace or EOF); (head, body). Closes ``sock``."""
-    sock.settimeout(timeout_s)
-    data = b""
-    while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    sock.close()
-    head, _, body = data.partition(b"\r\n\r\n")
-    return head, body
+        worker.close()

@@ -266,3 +266,9 @@ def load_watcher() -> Iterator[Any]:
     yield make
     for watcher in watchers:
         watcher.close()
+
+
+# Load frames read by our own SUB sockets (the publisher's wire checks, SPEC §7).
+from tests.fakes.load_reader import ctx, readers  # noqa: E402
+
+__all__ = ["ctx", "readers"]

@@ -1,0 +1,153 @@
+"""The exact bytes the router forwards (SPEC §3.3 injection, §5 forwarding), seen by a recording worker."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.fakes.raw_http import MODEL, CaptureWorker, request
+from tests.fakes.router import RouterProcess
+
+
+@pytest.fixture(scope="module")
+def recorded(capture: CaptureWorker) -> Iterator[RouterProcess]:
+    """A router in front of the recording worker; the contract lists n before temperature."""
+    with RouterProcess(
+        "--worker",
+        capture.url,
+        "--override-sampling-params",
+        '{"n": 1.0, "temperature": 0.5, "top_p": {"min": 0.5, "max": 1}}',
+    ) as r:
+        yield r
+
+
+def forwarded(router: RouterProcess, capture: CaptureWorker, path: str, body: bytes) -> bytes:
+    """POST ``body``; the body the worker received (the answer must be the worker's 200)."""
+    before = len(capture.requests)
+    answer = request(router, "POST", path, body)
+    assert answer.status == 200, answer.body
+    assert len(capture.requests) == before + 1
+    return capture.requests[-1][2]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model":"audit-model","prompt":"x","temperature":0.5,"n":1}',
+        b'{ "model" : "audit-model" ,\n "prompt":"\\u00e9\xc3\xa9", "n":"1", "temperature":"0.5"  }\r\n',
+        b'{"model":"audit-model","temperature":0.9,"temperature":0.5,"n":true,"top_p":0.75}',
+        b'{"model":"audit-model","\\u0074emperature":0.5,"n":1.0,"extra":{"temperature":9}}',
+    ],
+)
+def test_nothing_to_inject_is_forwarded_byte_for_byte(
+    recorded: RouterProcess, capture: CaptureWorker, body: bytes
+) -> None:
+    """A body that sets every exact field (and no band default is due) reaches the worker unchanged."""
+    assert forwarded(recorded, capture, "/v1/completions", body) == body
+
+
+def test_injection_goes_before_the_final_brace_in_field_order(
+    recorded: RouterProcess, capture: CaptureWorker
+) -> None:
+    """Absent fields are appended before the last '}' in SPEC §2 order; trailing bytes are kept."""
+    body = b'{"model":"audit-model","prompt":"x"}  \n'
+    assert forwarded(recorded, capture, "/v1/completions", body) == (
+        b'{"model":"audit-model","prompt":"x","temperature":0.5,"n":1}  \n'
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b"{}", b'{"temperature":0.5,"n":1}'),
+        (b" { \n } ", b' { \n "temperature":0.5,"n":1} '),
+        (b'{"temperature":null}', b'{"temperature":null,"temperature":0.5,"n":1}'),
+    ],
+)
+def test_empty_object_gets_no_comma(
+    recorded: RouterProcess, capture: CaptureWorker, body: bytes, expected: bytes
+) -> None:
+    """An empty object gets the pairs without a leading comma; null counts as absent."""
+    assert forwarded(recorded, capture, "/v1/chat/completions", body) == expected
+
+
+def test_generate_creates_or_restates_sampling_params(
+    recorded: RouterProcess, capture: CaptureWorker
+) -> None:
+    """/generate: sampling_params is created when absent or null, else re-stated last with the pairs."""
+    created = forwarded(recorded, capture, "/generate", b'{"text":"x"}')
+    assert created == b'{"text":"x","sampling_params":{"temperature":0.5,"n":1}}'
+    nulled = forwarded(recorded, capture, "/generate", b'{"text":"x","sampling_params":null}')
+    assert json.loads(nulled)["sampling_params"] == {"temperature": 0.5, "n": 1}
+    restated = forwarded(
+        recorded, capture, "/generate", b'{"sampling_params":{"max_new_tokens":3},"text":"x"}'
+    )
+    assert json.loads(restated) == {
+        "sampling_params": {"max_new_tokens": 3, "temperature": 0.5, "n": 1},
+        "text": "x",
+    }
+
+
+def test_large_body_is_spliced_exactly(recorded: RouterProcess, capture: CaptureWorker) -> None:
+    """A body over 64 KiB gets the same splice: everything before and after the insertion kept."""
+    prompt = "y" * 200_000
+    body = json.dumps({"model": MODEL, "prompt": prompt}).encode()
+    got = forwarded(recorded, capture, "/v1/completions", body)
+    assert got == body[:-1] + b',"temperature":0.5,"n":1}'
+
+
+def test_unjudged_path_and_query_are_forwarded_untouched(
+    recorded: RouterProcess, capture: CaptureWorker
+) -> None:
+    """POST /v1/<other>?q keeps its path, query and bytes; a judged path keeps its query string."""
+    body = b'{"model":"audit-model","input":"x","temperature":7}'
+    assert forwarded(recorded, capture, "/v1/embeddings?a=1&b=%20", body) == body
+    assert capture.requests[-1][0] == "/v1/embeddings?a=1&b=%20"
+    forwarded(recorded, capture, "/v1/completions?trace=1", b'{"prompt":"x"}')
+    assert capture.requests[-1][0] == "/v1/completions?trace=1"
+
+
+def test_end_to_end_headers_are_forwarded_and_hop_by_hop_dropped(
+    recorded: RouterProcess, capture: CaptureWorker
+) -> None:
+    """Authorization and custom headers reach the worker; Connection and what it names do not."""
+    request(
+        recorded,
+        "POST",
+        "/v1/completions",
+        b'{"prompt":"x"}',
+        headers="Authorization: Bearer sk-test\r\nX-Request-Id: abc\r\nX-Hop: 1\r\nConnection: X-Hop\r\nTE: trailers\r\n",
+    )
+    headers = capture.requests[-1][1]
+    assert headers["authorization"] == "Bearer sk-test"
+    assert headers["x-request-id"] == "abc"
+    assert "x-hop" not in headers
+    assert "te" not in headers
+
+
+def test_a_fragment_cannot_escape_the_contract(recorded: RouterProcess, capture: CaptureWorker) -> None:
+    """``/v1/chat/completions#x`` is judged as chat (uvicorn's httptools routes it there): a
+    violation is refused, an accepted body is injected and forwarded without the fragment."""
+    for target in ("/v1/chat/completions#x", "/generate#?a=1", "/v1/x/..%2Fcompletions#y"):
+        refused = request(
+            recorded, "POST", target, b'{"temperature":0.9,"sampling_params":{"temperature":0.9}}'
+        )
+        assert refused.status == 400, target
+        assert refused.error_code == "sampling_contract_violation"
+    assert forwarded(recorded, capture, "/v1/chat/completions#x", b"{}") == b'{"temperature":0.5,"n":1}'
+    assert capture.requests[-1][0] == "/v1/chat/completions"
+
+
+def test_absolute_form_targets_are_judged_and_forwarded_in_origin_form(
+    recorded: RouterProcess, capture: CaptureWorker
+) -> None:
+    """``POST http://host/v1/chat/completions`` (RFC 9112 §3.2.2) is judged as chat and reaches the
+    worker as ``/v1/chat/completions``; ``GET http://host/health`` is answered."""
+    target = f"http://{recorded.host}:{recorded.port}/v1/chat/completions"
+    refused = request(recorded, "POST", target, b'{"temperature":0.9}')
+    assert (refused.status, refused.error_code) == (400, "sampling_contract_violation")
+    assert forwarded(recorded, capture, target + "?q=1", b"{}") == b'{"temperature":0.5,"n":1}'
+    assert capture.requests[-1][0] == "/v1/chat/completions?q=1"
+    assert request(recorded, "GET", f"http://{recorded.host}/health").status == 200
