@@ -1,6 +1,4 @@
-"""Run a control plane for tests: as a subprocess, or in-process on the running event loop.
-
-Subprocess (e2e; the real ``python -m controlplane``)::
+"""Run a control plane for tests as a subprocess: the real ``python -m controlplane``::
 
     with ControlPlaneProcess() as cp:              # --listen 127.0.0.1:0, SQLite in a temp dir
         channel = grpc.insecure_channel(cp.target) # "127.0.0.1:PORT"
@@ -8,31 +6,26 @@ Subprocess (e2e; the real ``python -m controlplane``)::
     with ControlPlaneProcess("--auth-tokens", path, store_path=db) as cp: ...
     cp.kill()                                      # SIGKILL by PID (crash tests); cp.restart()
 
-In-process (integration; same event loop as the test)::
-
-    async with running_control_plane(tmp_path, auth_tokens=str(path)) as plane:
-        plane.grpc_address, plane.http_address, plane.store
+In-process on the test's event loop (integration tests): ``tests.fakes.inproc_control_plane``.
 
 The subprocess is stopped by PID (SIGTERM, then SIGKILL after a grace period) on exit.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Self
+from typing import Self
 
-from controlplane.app import ControlPlane
-from controlplane.settings import ControlSettings
 from tests.fakes.process import ROOT as ROOT
 from tests.fakes.process import ListeningProcess, has_flag
 
 LISTENING_RE = re.compile(r"control plane listening on (?P<host>\S+):(?P<port>\d+)")
+
+
 HTTP_RE = re.compile(r"control plane http on (\S+):(\d+)")
 
 
@@ -108,16 +101,3 @@ class ControlPlaneProcess(ListeningProcess):
         self.stop()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
-
-
-@contextlib.asynccontextmanager
-async def running_control_plane(tmp_path: Path, **settings: Any) -> AsyncIterator[ControlPlane]:
-    """An in-process control plane on 127.0.0.1:0 with its SQLite store under ``tmp_path``.
-
-    ``settings`` are ``ControlSettings.build`` keywords (e.g. ``auth_tokens=...``).
-    """
-    settings.setdefault("listen", "127.0.0.1:0")
-    settings.setdefault("store", f"sqlite:{tmp_path / 'control.db'}")
-    settings.setdefault("http_listen", "127.0.0.1:0")
-    async with ControlPlane(ControlSettings.build(**settings)) as plane:
-        yield plane

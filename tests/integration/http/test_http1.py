@@ -6,7 +6,7 @@ import asyncio
 import json
 
 from dataplane.http import DEFERRED, ClientDisconnected, Deferred, Request, Responder, spawn
-from tests.integration.http.conftest import get, h1_open, post, serving
+from tests.fakes.http_server import get, h1_open, post, serving
 
 TEXT = [(b"content-type", b"text/plain")]
 
@@ -474,7 +474,7 @@ async def test_accepted_sockets_have_tcp_nodelay() -> None:
     # guarantee does not depend on the event loop.
     import socket
 
-    from tests.integration.http.conftest import H2Client
+    from tests.fakes.http_server import H2Client
 
     async with serving(echo) as server:
         _rd, wr = await h1_open(server.port)

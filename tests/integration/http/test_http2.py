@@ -9,7 +9,7 @@ import h2.connection
 from h2.errors import ErrorCodes
 
 from dataplane.http import ClientDisconnected, Request, Responder
-from tests.integration.http.conftest import H2Client, serving
+from tests.fakes.http_server import H2Client, serving
 
 TEXT = [(b"content-type", b"text/plain")]
 

@@ -10,7 +10,7 @@ import pytest
 from h2.errors import ErrorCodes
 
 from dataplane.http import Request, Responder
-from tests.integration.http.conftest import H2Client, H2Stream, serving
+from tests.fakes.http_server import H2Client, H2Stream, serving
 
 Fields = list[tuple[bytes, bytes]]
 

@@ -8,8 +8,8 @@ import grpc
 import pytest
 
 from controlplane.v1 import load_pb2, load_pb2_grpc
-from tests.fakes.control_plane import running_control_plane
 from tests.fakes.engine_sim import EngineSim, kv_endpoint_with_free_load_ports
+from tests.fakes.inproc_control_plane import running_control_plane
 from tests.fakes.load_peers import until_async
 
 

@@ -20,8 +20,8 @@ from controlplane.app import ControlPlane
 from controlplane.load.wire import LoadStat
 from controlplane.v1 import load_pb2, load_pb2_grpc
 from dataplane.engine.publisher import LoadPublisher
-from tests.fakes.control_plane import running_control_plane
 from tests.fakes.engine_sim import free_port_range
+from tests.fakes.inproc_control_plane import running_control_plane
 from tests.fakes.load_peers import Pub, until, until_async
 
 FRESH, STALE, UNKNOWN = load_pb2.FRESHNESS_FRESH, load_pb2.FRESHNESS_STALE, load_pb2.FRESHNESS_UNKNOWN

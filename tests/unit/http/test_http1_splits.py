@@ -13,7 +13,7 @@ from dataplane.http.context import ServerContext
 from dataplane.http.http1 import Http1Connection
 from dataplane.http.limits import ServerLimits
 from dataplane.http.request import Request, Responder
-from tests.unit.http.conftest import RecordingTransport
+from tests.fakes.transport import RecordingTransport
 
 
 async def _echo(req: Request, resp: Responder) -> None:

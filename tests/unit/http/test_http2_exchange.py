@@ -16,7 +16,7 @@ from dataplane.http.http2 import Http2Connection
 from dataplane.http.limits import ServerLimits
 from dataplane.http.request import Request, Responder
 from dataplane.http.wire import H2_PREFACE
-from tests.unit.http.conftest import RecordingTransport
+from tests.fakes.transport import RecordingTransport
 
 
 async def _echo_twice(req: Request, resp: Responder) -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from dataplane.router.body import SplicedBody, body_segments, body_window
 from dataplane.router.upstream.h2c.codec import ClientCodec
-from tests.unit.router.test_upstream_h2_codec import Recorder
+from tests.fakes.codec_listener import Recorder
 
 
 @st.composite

@@ -5,7 +5,7 @@ from __future__ import annotations
 from controlplane.contracts import parse_contract_json
 from dataplane.router.fleet.workers import WorkerSpec
 from dataplane.router.state import ContractSet, RouterState
-from tests.unit.router.test_workers import FakePool
+from tests.fakes.upstream import FakePool
 
 
 def test_model_scope_wins_over_fleet_scope() -> None:

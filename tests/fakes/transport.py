@@ -1,0 +1,49 @@
+"""An asyncio transport that records what is written to it (connection logic without sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+class RecordingTransport(asyncio.Transport):
+    """Collects what the server writes; remembers whether it closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out = bytearray()
+        self.closed = False
+
+    def write(self, data: Any) -> None:
+        self.out += data
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.out += line
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0

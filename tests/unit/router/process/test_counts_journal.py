@@ -1,0 +1,94 @@
+"""The per-slot rejection counts journal (SPEC §6: a SIGKILLed child's counts are reported by its
+successor under its own boot id, once, however often they are re-sent)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dataplane.router.control.client import ControlPlaneClient
+from dataplane.router.control.convert import ControlClientSettings
+from dataplane.router.process.journal import (
+    MAX_CARRIED_BOOTS,
+    BootCounts,
+    CountsJournal,
+    decode_record,
+    encode_record,
+)
+from tests.fakes.control_targets import Recorder
+
+_keys = st.tuples(st.text(min_size=1, max_size=8), st.sampled_from(["temperature", "top_p", "top_k"]))
+_boots = st.lists(
+    st.builds(BootCounts, st.text(min_size=1, max_size=16), st.dictionaries(_keys, st.integers(0, 2**40))),
+    min_size=1,
+    max_size=4,
+)
+
+
+@given(boots=_boots)
+def test_record_round_trip(boots: list[BootCounts]) -> None:
+    """What is written for a router id reads back the same for that id, and as nothing for another."""
+    data = encode_record("edge/0", boots)
+    assert decode_record(data, "edge/0") == boots
+    assert decode_record(data, "edge/1") == []
+
+
+@given(boots=_boots, cut=st.integers(0, 10_000))
+def test_a_torn_record_reads_as_nothing(boots: list[BootCounts], cut: int) -> None:
+    """A record cut short (a write that did not finish) is ignored, never half-read."""
+    data = encode_record("edge/0", boots)
+    cut %= len(data)
+    assert decode_record(data[:cut], "edge/0") == []
+
+
+def test_a_longer_old_record_does_not_leak_into_a_shorter_new_one(tmp_path: Path) -> None:
+    """The length header bounds the record: bytes left over from a longer earlier record are ignored."""
+    path = str(tmp_path / "slot-0.counts")
+    first = CountsJournal.open(path, "edge/0")
+    assert first is not None and first.predecessors == []
+    first.start("boot-a")
+    first.record({(f"scope-{i}", "top_p"): i for i in range(50)})
+    first.close()
+    second = CountsJournal.open(path, "edge/0")
+    assert second is not None and [b.boot_id for b in second.predecessors] == ["boot-a"]
+    second.start("boot-b")
+    second.record({("*", "temperature"): 1})
+    second.close()
+    third = CountsJournal.open(path, "edge/0")
+    assert third is not None
+    assert third.predecessors[0] == BootCounts("boot-b", {("*", "temperature"): 1})
+    assert third.predecessors[1].boot_id == "boot-a"  # carried on: boot-b may never have reported it
+    third.close()
+
+
+def test_carried_boots_are_bounded(tmp_path: Path) -> None:
+    """A crash loop carries at most MAX_CARRIED_BOOTS earlier boots."""
+    path = str(tmp_path / "slot-0.counts")
+    for n in range(MAX_CARRIED_BOOTS + 5):
+        journal = CountsJournal.open(path, "edge/0")
+        assert journal is not None
+        journal.start(f"boot-{n}")
+        journal.close()
+    journal = CountsJournal.open(path, "edge/0")
+    assert journal is not None and len(journal.predecessors) == MAX_CARRIED_BOOTS
+    journal.close()
+
+
+async def test_predecessor_reports_carry_their_boot_and_final_counts() -> None:
+    """The successor reports each predecessor's counts under the predecessor's boot id, its own
+    status otherwise; its own report keeps its own boot and counts."""
+    target = Recorder()
+    target.counts = {("*", "top_p"): 1}
+    previous = BootCounts("dead-boot", {("*", "temperature"): 7})
+    client = ControlPlaneClient(
+        ControlClientSettings(target="127.0.0.1:1", router_id="edge/1"), target, predecessors=[previous]
+    )
+    [report] = client.predecessor_reports()
+    assert (report.router_id, report.boot_id) == ("edge/1", "dead-boot")
+    assert [(r.scope, r.param, r.count) for r in report.rejections] == [("*", "temperature", 7)]
+    own = client.build_report()
+    assert own.boot_id == client.boot_id != "dead-boot"
+    assert [(r.scope, r.param, r.count) for r in own.rejections] == [("*", "top_p", 1)]
+    await client.close()
