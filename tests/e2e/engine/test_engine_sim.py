@@ -1,4 +1,4 @@
-"""engine-sim as a process, driven as an engine integrator would (issue 3, SPEC §1, §2, §7).
+"""engine-sim as a process, driven as an engine integrator would (SPEC §1, §2, §7).
 
 Its HTTP surface over HTTP/1.1 (urllib, the official ``openai`` client) and h2c (prior
 knowledge, by hand); what it read, from ``x-sim-sampling-params``; its 422 bodies against

@@ -1,6 +1,6 @@
-"""Garbage on a load publisher's socket (SPEC §7, issue 5): counted as malformed, never fatal.
+"""Garbage on a load publisher's socket (SPEC §7): counted as malformed, never fatal.
 
-The malformed cases of ``audit_control/test_loads_audit.py`` (short seq, two parts, not
+The malformed cases of ``tests/e2e/loads/test_load_service.py`` (short seq, two parts, not
 msgpack, wrong tag, a negative count, a string count, a map, a negative seq) are not repeated.
 """
 

@@ -1,6 +1,6 @@
 """WatchLoads as a black box (SPEC §6): deltas, coalescing, newest-wins, several watchers, removal.
 
-``audit_control/test_loads_audit.py`` already checks the full first message, STALE pushed
+``tests/e2e/loads/test_load_service.py`` already checks the full first message, STALE pushed
 without a frame and a removal being pushed; these go further.
 """
 

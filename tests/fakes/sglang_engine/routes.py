@@ -10,7 +10,7 @@ route's own conversion (Ollama's ``options``, read from its mapping; Vertex's ``
 spread into ``GenerateReqInput`` by its handler). Routes whose model declares a §2 name that
 never reaches token sampling are listed in :data:`NOT_SAMPLING` with the reason.
 
-The coverage test (issue 12 item 5) is::
+The coverage test (SPEC §5.1, tests/unit/sglang_oracle/test_route_coverage.py) is::
 
     for route in sampling_routes():
         assert router_table.covers(route.method, route.path), route

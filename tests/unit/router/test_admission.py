@@ -1,4 +1,4 @@
-"""Admission: bounded slots, bounded FIFO queue, timeouts, cancellation (issue 6 item 3)."""
+"""Admission: bounded slots, bounded FIFO queue, timeouts, cancellation (SPEC §1 --max-concurrency, --queue-size, --queue-timeout-s; §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Balancing policies over candidate workers (pure; issue 6 item 4)."""
+"""Balancing policies over candidate workers (pure; SPEC §1 --policy)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Worker URLs, the worker index by model, and the load hook (issue 6 item 3, SPEC §7)."""
+"""Worker URLs, the worker index by model, and the load hook (SPEC §1 --worker, §5, §7)."""
 
 from __future__ import annotations
 
