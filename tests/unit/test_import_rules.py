@@ -105,6 +105,7 @@ PURE_MODULES = (
     "dataplane/router/upstream/h2c/output.py",
     "dataplane/router/upstream/h2c/frames.py",
     "dataplane/router/control/convert.py",
+    "dataplane/router/control/backoff.py",
     "dataplane/router/process/merge.py",
     "dataplane/engine/endpoints.py",
     "dataplane/engine/sim/scheduler.py",

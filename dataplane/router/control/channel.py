@@ -17,8 +17,8 @@ import grpc
 import structlog
 
 from controlplane.v1 import contract_pb2_grpc, load_pb2_grpc, router_pb2_grpc
+from dataplane.router.control.backoff import Backoff
 from dataplane.router.control.convert import (
-    Backoff,
     ControlClientSettings,
     ControlConfigError,
     ControlTarget,

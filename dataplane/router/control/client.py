@@ -33,9 +33,9 @@ import grpc
 import structlog
 
 from controlplane.v1 import contract_pb2, load_pb2, router_pb2
+from dataplane.router.control.backoff import Backoff
 from dataplane.router.control.channel import ControlChannel
 from dataplane.router.control.convert import (
-    Backoff,
     ControlClientSettings,
     ControlTarget,
     LoadViews,

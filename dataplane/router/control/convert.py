@@ -1,14 +1,13 @@
 """What the router takes from the control plane, as plain values (SPEC §1, §6, §7). Pure: no I/O.
 
-The control-plane client (``control.py``, the adapter) feeds protobuf messages through these
+The control-plane client (``client.py``, the adapter) feeds protobuf messages through these
 functions: a contract snapshot becomes ``{scope: SamplingContract}`` (validated again: a router
 never applies a contract the parser would have refused), a registry entry a ``WorkerSpec``, a
-load view an ``EngineLoad``. ``Backoff`` spaces reconnect attempts.
+load view an ``EngineLoad``; and the client's settings (``ControlClientSettings``).
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,23 +143,3 @@ class LoadViews:
 
     def clear(self) -> None:
         self.views = {}
-
-
-class Backoff:
-    """Exponential backoff with full jitter, so a fleet of routers does not reconnect in lock step."""
-
-    def __init__(self, initial_s: float, max_s: float, rng: random.Random | None = None) -> None:
-        self._initial_s = initial_s
-        self._max_s = max_s
-        self._rng = rng if rng is not None else random.Random()
-        self._attempt = 0
-
-    def reset(self) -> None:
-        """The connection worked: start over from the initial delay."""
-        self._attempt = 0
-
-    def next_delay_s(self) -> float:
-        """The next delay: uniform in [ceiling/2, ceiling], the ceiling doubling up to ``max_s``."""
-        ceiling = min(self._max_s, self._initial_s * (2**self._attempt))
-        self._attempt = min(self._attempt + 1, 32)
-        return self._rng.uniform(ceiling / 2, ceiling)

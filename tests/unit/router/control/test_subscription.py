@@ -8,8 +8,8 @@ import pytest
 
 from controlplane.contracts import Band, ConflictPolicy, ContractError, Exact
 from controlplane.v1 import contract_pb2, load_pb2
+from dataplane.router.control.backoff import Backoff
 from dataplane.router.control.convert import (
-    Backoff,
     EngineLoad,
     LoadViews,
     check_target,
