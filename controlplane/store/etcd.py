@@ -17,7 +17,8 @@ write is acknowledged once etcd acknowledges the transaction, i.e. once a quorum
 
 Every control plane keeps the live set in memory from a watch on the prefix, so a change through
 one reaches the ``WatchContracts`` clients of all (SPEC §6). The watch is resumed after a break by
-re-reading the whole set at one etcd revision and watching from the next.
+re-reading the whole set at one etcd revision (in pages: it may be larger than one gRPC message)
+and watching from the next.
 """
 
 from __future__ import annotations
@@ -241,11 +242,11 @@ class EtcdStore(PublishedSnapshots):
 
     async def _resync(self) -> int:
         """Read the counter and every head at one etcd revision; returns that revision."""
-        response = await self.client.txn(
-            (), [get(self._revision_key), get(self._heads_prefix, range_end=prefix_end(self._heads_prefix))]
+        # Paged: the heads of a large store do not fit one gRPC message (issue 13).
+        (counter, head_kvs), etcd_revision = await self.client.read_all(
+            (self._revision_key, b""), (self._heads_prefix, prefix_end(self._heads_prefix))
         )
-        counter = list(response.responses[0].response_range.kvs)
-        heads = [decode_version(kv.value) for kv in response.responses[1].response_range.kvs]
+        heads = [decode_version(kv.value) for kv in head_kvs]
         revision = int(counter[0].value) if counter else 0
         if revision < self._published.revision:
             log.warning(
@@ -256,7 +257,7 @@ class EtcdStore(PublishedSnapshots):
             )
         self._heads = {v.scope: v for v in heads}
         self._apply([], revision)
-        return int(response.header.revision)
+        return etcd_revision
 
     async def _follow(self, etcd_revision: int) -> None:
         """Apply the watch's events until cancelled; on a break, back off, resync and watch again."""

@@ -32,6 +32,16 @@ CONNECT_TIMEOUT_S = 3.0
 BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)
 # etcd's default --max-txn-ops is 128; callers chunk below it.
 MAX_TXN_OPS = 100
+# gRPC's default receive limit is 4 MiB, which one range of contract heads passes at a few
+# hundred scopes with long comments (issue 13). etcd's own client allows 2 GiB; we read every
+# prefix in pages (``read_all``) and allow one message this much, far above one page.
+MAX_RECEIVE_MESSAGE_BYTES = 64 * 1024 * 1024
+# Keys per page of ``read_all``. A page of records of the usual few KiB is well under the
+# receive limit; a page that is not (etcd stores values up to --max-request-bytes, 1.5 MiB by
+# default) is asked for again with half as many keys.
+PAGE_KEYS = 256
+# A paged read pins the revision of its first page; a compaction past it meanwhile restarts it.
+MAX_READ_RESTARTS = 3
 # These mean "try again later" (no leader, connection refused, out of space), not a bug of ours.
 _RETRYABLE = {
     grpc.StatusCode.UNAVAILABLE,
@@ -99,6 +109,10 @@ async def _resolve(endpoints: Sequence[Address]) -> str:
     return "ipv6:" + ",".join(dict.fromkeys(v6))
 
 
+class _Compacted(Exception):
+    """etcd compacted the revision a paged read was pinned to (``OUT_OF_RANGE``)."""
+
+
 class EtcdClient:
     """A channel to one etcd cluster and the calls the stores make; ``Unavailable`` on failure."""
 
@@ -116,7 +130,13 @@ class EtcdClient:
     async def open(self) -> None:
         """Connect and check the cluster answers (a startup error names the endpoints if not)."""
         target = await _resolve(self.location.endpoints)
-        self._channel = aio.insecure_channel(target, options=[("grpc.lb_policy_name", "pick_first")])
+        self._channel = aio.insecure_channel(
+            target,
+            options=[
+                ("grpc.lb_policy_name", "pick_first"),
+                ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+            ],
+        )
         self._kv = rpc.KVStub(self._channel)
         self._watch = rpc.WatchStub(self._channel)
         # wait_for_ready only here: the first call waits for the connection (bounded) rather
@@ -163,6 +183,51 @@ class EtcdClient:
             request.sort_target = rpc.RangeRequest.KEY
         return await self.call(self._kv.Range, request)
 
+    async def read_all(self, *ranges: tuple[bytes, bytes]) -> tuple[list[list[Message]], int]:
+        """Every key of each ``(key, range_end)`` range (``b""``: the one key) at one etcd revision.
+
+        Read in pages of at most ``PAGE_KEYS`` keys, each continuing after the last key of the
+        one before and pinned to the first page's revision, so the result is one consistent
+        view however large the prefix (etcd's clientv3 ``Get`` with ``WithLimit``/``WithRev``
+        pages the same way). Returns the ``kvs`` of each range and that revision.
+        """
+        for _ in range(MAX_READ_RESTARTS):
+            revision = 0
+            found: list[list[Message]] = []
+            try:
+                for key, range_end in ranges:
+                    kvs, revision = await self._read_range(key, range_end, revision)
+                    found.append(kvs)
+            except _Compacted:
+                continue
+            return found, revision
+        raise Unavailable(
+            f"etcd at {self.endpoints}: compacted past every read of {MAX_READ_RESTARTS}; retry"
+        )
+
+    async def _read_range(self, key: bytes, range_end: bytes, revision: int) -> tuple[list[Message], int]:
+        kvs: list[Message] = []
+        limit = PAGE_KEYS
+        start = key
+        while True:
+            request = rpc.RangeRequest(key=start, range_end=range_end, limit=limit, revision=revision)
+            if self._channel is None:
+                raise Unavailable("the etcd store is closed")
+            try:
+                response = await self._kv.Range(request, timeout=CALL_TIMEOUT_S)
+            except aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and limit > 1:
+                    limit //= 2  # this page is past the receive limit: fewer keys per page
+                    continue
+                if exc.code() == grpc.StatusCode.OUT_OF_RANGE and revision:
+                    raise _Compacted from exc
+                raise self.error(exc) from exc
+            revision = revision or int(response.header.revision)
+            kvs += response.kvs
+            if not response.more or not response.kvs or not range_end:
+                return kvs, revision
+            start = response.kvs[-1].key + b"\0"  # the next key after the last one read
+
     async def txn(
         self, compare: Sequence[Message], success: Sequence[Message], failure: Sequence[Message] = ()
     ) -> Message:
@@ -186,7 +251,11 @@ class EtcdClient:
         """
         if self._channel is None:
             raise Unavailable("the etcd store is closed")
-        create = rpc.WatchCreateRequest(key=key, range_end=range_end, start_revision=start_revision)
+        # fragment: etcd splits a response past its --max-request-bytes into several (in event
+        # order, so a transaction's counter still comes after its head), each under our limit.
+        create = rpc.WatchCreateRequest(
+            key=key, range_end=range_end, start_revision=start_revision, fragment=True
+        )
         call = self._watch.Watch()
         try:
             await call.write(rpc.WatchRequest(create_request=create))

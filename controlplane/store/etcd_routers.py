@@ -56,9 +56,8 @@ class EtcdRouterStatsStore:
 
     async def load(self) -> tuple[list[RouterRecord], list[RejectionRow]]:
         try:
-            statuses, counts = await self._client.read(
-                get(self._status, range_end=prefix_end(self._status)),
-                get(self._counts, range_end=prefix_end(self._counts)),
+            (statuses, counts), _ = await self._client.read_all(
+                (self._status, prefix_end(self._status)), (self._counts, prefix_end(self._counts))
             )
         except ControlPlaneError as exc:
             raise RouterStoreError(f"cannot read router stats: {exc.message}") from exc

@@ -59,8 +59,8 @@ class EtcdWorkerRegistry:
         return self._prefix + quote(url, safe="").encode()
 
     async def list(self) -> list[WorkerRecord]:
-        response = await self._client.range(self._prefix, range_end=prefix_end(self._prefix))
-        return sorted((decode_worker(kv.value) for kv in response.kvs), key=lambda r: r.url)
+        (kvs,), _ = await self._client.read_all((self._prefix, prefix_end(self._prefix)))
+        return sorted((decode_worker(kv.value) for kv in kvs), key=lambda r: r.url)
 
     async def put(self, record: WorkerRecord, *, replaces: Sequence[str] = ()) -> None:
         # One transaction: a re-registration under a new URL never leaves both, or neither.

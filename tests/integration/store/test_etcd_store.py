@@ -13,7 +13,7 @@ from controlplane.contracts import parse_contract_json
 from controlplane.errors import NotFound, VersionMismatch
 from controlplane.settings import Address, EtcdLocation, parse_store
 from controlplane.store.etcd import EtcdStore
-from controlplane.store.etcd_client import prefix_end
+from controlplane.store.etcd_client import MAX_TXN_OPS, PAGE_KEYS, prefix_end, put
 
 C1 = parse_contract_json('{"temperature": 1}')
 C2 = parse_contract_json('{"top_k": {"min": 1, "max": 8, "default": 4}}', "reject")
@@ -94,3 +94,32 @@ async def test_an_endpoint_list_fails_over_past_a_dead_endpoint(store_url: str):
         assert written.revision == 1
     finally:
         await listed.close()
+
+
+async def test_a_paged_read_returns_every_key_once_at_the_revision_of_its_first_page(store: EtcdStore):
+    """read_all over several pages: every key once, in order; a write made between pages is not in it."""
+    prefix = store.client.key("paged", "")
+    keys = [prefix + f"{i:04d}".encode() for i in range(2 * PAGE_KEYS + 7)]
+    for start in range(0, len(keys), MAX_TXN_OPS):
+        await store.client.txn((), [put(k, b"v1") for k in keys[start : start + MAX_TXN_OPS]])
+    original = store.client._kv.Range
+    pages = 0
+
+    async def range_then_write(request: object, **kwargs: object) -> object:
+        nonlocal pages
+        pages += 1
+        response = await original(request, **kwargs)
+        if pages == 1:  # another writer between our first and second page
+            await store.client.txn((), [put(keys[-1], b"v2"), put(prefix + b"9999", b"new")])
+        return response
+
+    store.client._kv.Range = range_then_write
+    try:
+        (kvs,), revision = await store.client.read_all((prefix, prefix_end(prefix)))
+    finally:
+        store.client._kv.Range = original
+    assert pages == 3
+    assert [kv.key for kv in kvs] == keys
+    assert {kv.value for kv in kvs} == {b"v1"}
+    (after,), later = await store.client.read_all((prefix, prefix_end(prefix)))
+    assert later > revision and len(after) == len(keys) + 1
