@@ -56,6 +56,10 @@ class _FrameCollector(Collector):
 
 REGISTRY.register(_FrameCollector())
 
+LOAD_VIEW_ERRORS = Counter(
+    "fleetplane_load_view_errors_total",
+    "Worker load views sent without a value that did not fit its protobuf field (logged once per episode).",
+)
 LOAD_SUBSCRIPTIONS = Gauge("fleetplane_load_subscriptions", "ZMQ SUB sockets open (one per worker dp rank).")
 # WatchLoads streams, counted next to the contract and report watchers.
 LOAD_WATCHERS = WATCHERS.labels("loads")

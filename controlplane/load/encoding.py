@@ -18,8 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from controlplane.load.convert import FRESHNESS, timestamp
-from controlplane.load.table import Freshness, RankState, worker_freshness
+from controlplane.load.convert import (
+    CONVERSION_ERRORS,
+    FRESHNESS,
+    ViewErrors,
+    lenient_worker_load,
+    timestamp,
+)
+from controlplane.load.table import Freshness, RankState, worker_freshness, worker_view
 from controlplane.v1 import load_pb2
 
 _LEN = 2  # wire type of length-delimited fields
@@ -56,8 +62,9 @@ def watch_response(full: bool, workers: Sequence[bytes], removed: Sequence[str],
 class WorkerLoadEncoder:
     """One long-lived ``WorkerLoad`` per worker, refreshed from rank states and serialized."""
 
-    def __init__(self, stale_after_s: float) -> None:
+    def __init__(self, stale_after_s: float, errors: ViewErrors | None = None) -> None:
         self._stale_after_s = stale_after_s
+        self.errors = errors or ViewErrors()
         # Each message with the rank list it was built for and its rank messages: the table
         # replaces a worker's list on every (re)registration and never edits one, so the
         # same list object means the same endpoints (an identity check: comparing endpoints
@@ -70,6 +77,23 @@ class WorkerLoadEncoder:
         self._messages.pop(url, None)
 
     def encode(self, url: str, ranks: Sequence[RankState], now: float) -> bytes:
+        """The serialized ``WorkerLoad`` of ``url``; a value that does not fit is left out, never raised.
+
+        One worker's broken value must not fail the whole message of every worker (issue 13).
+        """
+        try:
+            encoded = self._encode(url, ranks, now)
+        except CONVERSION_ERRORS as exc:
+            # A message half refreshed is dropped; the next encode builds a new one.
+            self._messages.pop(url, None)
+            message, broken = lenient_worker_load(worker_view(url, ranks, now, self._stale_after_s))
+            self.errors.failed(url, broken, exc)
+            return message.SerializeToString()
+        if self.errors.failing:
+            self.errors.converted(url)
+        return encoded
+
+    def _encode(self, url: str, ranks: Sequence[RankState], now: float) -> bytes:
         # Called ~20 000 times a second at N = 1000: the freshness rules of table.py are
         # inlined, and held lists of sub-messages spare walking the repeated field.
         entry = self._messages.get(url)

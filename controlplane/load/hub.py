@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from controlplane import metrics
 from controlplane.broadcast import Broadcast, Subscription
+from controlplane.load.convert import ViewErrors
 from controlplane.load.encoding import WorkerLoadEncoder
 from controlplane.load.table import LoadTable
 
@@ -56,6 +57,7 @@ class LoadHub:
         push_interval_s: float,
         clock: Callable[[], float] = time.monotonic,
         drain: Callable[[], None] = lambda: None,
+        view_errors: ViewErrors | None = None,
     ) -> None:
         self._table = table
         self._drain = drain
@@ -63,7 +65,7 @@ class LoadHub:
         self._clock = clock
         self._freshness_tick_s = min(MAX_FRESHNESS_TICK_S, table.stale_after_s / 4)
         self._version = 0
-        self._encoder = WorkerLoadEncoder(table.stale_after_s)
+        self._encoder = WorkerLoadEncoder(table.stale_after_s, view_errors)
         self._latest: dict[str, tuple[int, bytes]] = {}
         self._removed: OrderedDict[str, int] = OrderedDict()
         self._removed_floor = 0  # versions <= this may have lost removals: send them a full view

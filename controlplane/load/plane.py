@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import structlog
 
 from controlplane.errors import NotFound
+from controlplane.load.convert import ViewErrors
 from controlplane.load.hub import LoadHub
 from controlplane.load.ingest.dialer import SubscribeError
 from controlplane.load.ingest.subscriber import LoadSubscriber
@@ -77,7 +78,15 @@ class LoadPlane:
         self._rediscover_first_s = min(rediscover_first_s, rediscover_interval_s)
         self._rediscovery_failing: set[str] = set()  # logged once per failure episode
         self.table = LoadTable(stale_after_s)
-        self.hub = LoadHub(self.table, push_interval_s=push_interval_s, clock=clock, drain=self._drain)
+        # Shared by GetLoads and WatchLoads: one episode per worker whichever answer met it.
+        self.view_errors = ViewErrors()
+        self.hub = LoadHub(
+            self.table,
+            push_interval_s=push_interval_s,
+            clock=clock,
+            drain=self._drain,
+            view_errors=self.view_errors,
+        )
         self._subscriber: LoadSubscriber | None = None
         self._workers: dict[str, WorkerRecord] = {}
         self._lock = asyncio.Lock()

@@ -28,6 +28,10 @@ from dataclasses import dataclass, field
 
 from controlplane.load.wire import LoadStat
 
+# The largest count a rank keeps: the int64 fields of ``RankLoad`` (sequence numbers are below it
+# by the wire format). Counts that grow by one per frame never get there; a gap can.
+COUNTER_MAX = 2**63 - 1
+
 
 class Freshness(enum.IntEnum):
     """Numbered as the protobuf ``Freshness`` enum so conversion is an int cast."""
@@ -188,7 +192,9 @@ class LoadTable:
             if seq > expected:
                 lost = seq - expected - rank.malformed_run
                 if lost > 0:
-                    rank.dropped_frames += lost
+                    # Saturating: two jumps to 2**63 - 1 would pass what the int64 field of
+                    # WatchLoads can carry (issue 13), and that rank is broken beyond counting.
+                    rank.dropped_frames = min(COUNTER_MAX, rank.dropped_frames + lost)
                     outcome = FrameOutcome.GAP
             elif seq < expected:
                 rank.publisher_restarts += 1
@@ -277,51 +283,56 @@ class LoadTable:
         return [self._view(self._workers[u], now) for u in wanted]
 
     def _view(self, worker: _Worker, now: float) -> WorkerView:
-        deadline = now - self.stale_after_s
-        ranks = []
-        running = waiting = tokens = capacity = 0
-        oldest = 0.0
-        any_unknown = any_stale = False
-        for rank in worker.ranks:
-            freshness = rank_freshness(rank, deadline)
-            stat = rank.stat
-            if stat is not None:
-                running += stat.num_running_reqs
-                waiting += stat.num_waiting_reqs
-                tokens += stat.num_tokens
-                capacity += stat.max_total_num_tokens
-            age = 0.0 if rank.last_rx is None else max(0.0, now - rank.last_rx)
-            oldest = max(oldest, age)
-            any_unknown |= freshness is Freshness.UNKNOWN
-            any_stale |= freshness is Freshness.STALE
-            ranks.append(
-                RankView(
-                    dp_rank=rank.dp_rank,
-                    endpoint=rank.endpoint,
-                    num_running_reqs=0 if stat is None else stat.num_running_reqs,
-                    num_waiting_reqs=0 if stat is None else stat.num_waiting_reqs,
-                    num_tokens=0 if stat is None else stat.num_tokens,
-                    max_total_num_tokens=0 if stat is None else stat.max_total_num_tokens,
-                    seq=rank.seq,
-                    age_s=age,
-                    dropped_frames=rank.dropped_frames,
-                    publisher_restarts=rank.publisher_restarts,
-                    freshness=freshness,
-                    frames_received=rank.frames_received,
-                    malformed_frames=rank.malformed_frames,
-                    connect_error=rank.connect_error,
-                )
+        return worker_view(worker.url, worker.ranks, now, self.stale_after_s)
+
+
+def worker_view(url: str, ranks: Sequence[RankState], now: float, stale_after_s: float) -> WorkerView:
+    """The view of one worker's ``ranks`` at ``now``: their sums, freshness and per-rank detail."""
+    deadline = now - stale_after_s
+    views = []
+    running = waiting = tokens = capacity = 0
+    oldest = 0.0
+    any_unknown = any_stale = False
+    for rank in ranks:
+        freshness = rank_freshness(rank, deadline)
+        stat = rank.stat
+        if stat is not None:
+            running += stat.num_running_reqs
+            waiting += stat.num_waiting_reqs
+            tokens += stat.num_tokens
+            capacity += stat.max_total_num_tokens
+        age = 0.0 if rank.last_rx is None else max(0.0, now - rank.last_rx)
+        oldest = max(oldest, age)
+        any_unknown |= freshness is Freshness.UNKNOWN
+        any_stale |= freshness is Freshness.STALE
+        views.append(
+            RankView(
+                dp_rank=rank.dp_rank,
+                endpoint=rank.endpoint,
+                num_running_reqs=0 if stat is None else stat.num_running_reqs,
+                num_waiting_reqs=0 if stat is None else stat.num_waiting_reqs,
+                num_tokens=0 if stat is None else stat.num_tokens,
+                max_total_num_tokens=0 if stat is None else stat.max_total_num_tokens,
+                seq=rank.seq,
+                age_s=age,
+                dropped_frames=rank.dropped_frames,
+                publisher_restarts=rank.publisher_restarts,
+                freshness=freshness,
+                frames_received=rank.frames_received,
+                malformed_frames=rank.malformed_frames,
+                connect_error=rank.connect_error,
             )
-        return WorkerView(
-            url=worker.url,
-            num_running_reqs=running,
-            num_waiting_reqs=waiting,
-            num_tokens=tokens,
-            max_total_num_tokens=capacity,
-            freshness=worker_freshness(any_unknown=any_unknown, any_stale=any_stale, ranks=len(ranks)),
-            age_s=oldest,
-            ranks=tuple(ranks),
         )
+    return WorkerView(
+        url=url,
+        num_running_reqs=running,
+        num_waiting_reqs=waiting,
+        num_tokens=tokens,
+        max_total_num_tokens=capacity,
+        freshness=worker_freshness(any_unknown=any_unknown, any_stale=any_stale, ranks=len(views)),
+        age_s=oldest,
+        ranks=tuple(views),
+    )
 
 
 def rank_freshness(rank: RankState, deadline: float) -> Freshness:

@@ -79,7 +79,8 @@ class LoadServicer(load_pb2_grpc.LoadServiceServicer):
     async def GetLoads(
         self, request: load_pb2.GetLoadsRequest, context: _Context
     ) -> load_pb2.GetLoadsResponse:
-        return load_pb2.GetLoadsResponse(workers=[worker_load(v) for v in self._plane.loads()])
+        errors = self._plane.view_errors
+        return load_pb2.GetLoadsResponse(workers=[worker_load(v, errors) for v in self._plane.loads()])
 
     async def WatchLoads(
         self, request: load_pb2.WatchLoadsRequest, context: _Context

@@ -26,6 +26,7 @@ from tests.fakes.load_peers import Pub, until, until_async
 
 FRESH, STALE, UNKNOWN = load_pb2.FRESHNESS_FRESH, load_pb2.FRESHNESS_STALE, load_pb2.FRESHNESS_UNKNOWN
 WORKER = "http://127.0.0.1:9001"
+OTHER = "http://127.0.0.1:9002"
 
 
 @dataclass
@@ -194,8 +195,39 @@ async def test_gaps_are_counted_as_dropped_frames(fleet: Fleet) -> None:
     assert rank.dropped_frames >= base.dropped_frames + 10
 
 
-async def _running_is(fleet: Fleet, running: int) -> bool:
-    return (await fleet.load()).num_running_reqs == running
+INT64_MAX = 2**63 - 1
+
+
+async def test_a_sequence_that_would_overflow_the_dropped_count_breaks_no_load_view(fleet: Fleet) -> None:
+    """seq 0, 2^63-1, 0, 2^63-1: dropped frames saturate at int64 max; GetLoads/WatchLoads keep serving all."""
+    pub, other = fleet.pub(), fleet.pub()
+    await fleet.register(WORKER, [pub.endpoint])
+    await fleet.register(OTHER, [other.endpoint])
+    await connected(pub, fleet)
+    await connected(other, fleet, OTHER)
+    watcher = Watcher(fleet.stub)
+    await until(lambda: OTHER in watcher.view)
+    for seq in (0, INT64_MAX, 0, INT64_MAX):
+        pub.send(LoadStat(3, 0, 0, 100, 0), seq=seq)
+    await until_async(lambda: _restarts_at_least(fleet, 2))
+    other.send(LoadStat(9, 0, 0, 100, 0))
+    await until_async(lambda: _running_is(fleet, 9, OTHER))
+    rank = (await fleet.load()).ranks[0]
+    assert (rank.seq, rank.dropped_frames, rank.num_running_reqs) == (INT64_MAX, INT64_MAX, 3)
+    await until(lambda: watcher.view[OTHER].num_running_reqs == 9)
+    assert watcher.view[WORKER].ranks[0].dropped_frames == INT64_MAX
+    await watcher.close()
+    again = Watcher(fleet.stub)  # a new watcher's full view carries both workers too
+    await until(lambda: {WORKER, OTHER} <= set(again.view))
+    await again.close()
+
+
+async def _restarts_at_least(fleet: Fleet, restarts: int) -> bool:
+    return (await fleet.load()).ranks[0].publisher_restarts >= restarts
+
+
+async def _running_is(fleet: Fleet, running: int, url: str = WORKER) -> bool:
+    return (await fleet.load(url)).num_running_reqs == running
 
 
 async def test_garbage_frames_are_counted_and_valid_frames_still_flow(fleet: Fleet) -> None:

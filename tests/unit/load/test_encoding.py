@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client import REGISTRY
+from structlog.testing import capture_logs
 
-from controlplane.load.convert import timestamp, worker_load
+from controlplane.load.convert import ViewErrors, timestamp, worker_load
 from controlplane.load.encoding import WorkerLoadEncoder, watch_response
-from controlplane.load.table import LoadTable
+from controlplane.load.table import LoadTable, RankState
 from controlplane.load.wire import LoadStat
 from controlplane.v1 import load_pb2
 
@@ -27,6 +29,40 @@ def test_encoder_matches_the_table_view() -> None:
         encoded = load_pb2.WorkerLoad.FromString(encoder.encode(URL, table.rank_states(URL) or [], now))
         assert encoded == worker_load(table.view(URL, now))  # type: ignore[arg-type]
     assert encoded.freshness == load_pb2.FRESHNESS_STALE and encoded.ranks[0].dropped_frames == 4
+
+
+def _broken_table() -> tuple[LoadTable, list[RankState]]:
+    """Two ranks of one worker, rank 1 holding a count no int64 field can carry."""
+    table = LoadTable(stale_after_s=1.0)
+    ranks = table.set_worker(URL, ["tcp://h:1", "tcp://h:2"])
+    table.record_frame(ranks[0], 0, LoadStat(1, 2, 3, 400, 0), now=0.0)
+    table.record_frame(ranks[1], 0, LoadStat(5, 6, 7, 800, 1), now=0.0)
+    ranks[1].frames_received = 2**64  # what no path of today's table makes: the guard's test
+    return table, ranks
+
+
+def test_a_value_that_does_not_fit_leaves_only_that_value_out_and_is_logged_once() -> None:
+    """Encoder and GetLoads conversion send the worker without the broken field; one log, every one counted."""
+    table, ranks = _broken_table()
+    errors = ViewErrors()
+    encoder = WorkerLoadEncoder(stale_after_s=1.0, errors=errors)
+    before = REGISTRY.get_sample_value("fleetplane_load_view_errors_total") or 0.0
+    with capture_logs() as logs:
+        encoded = [load_pb2.WorkerLoad.FromString(encoder.encode(URL, ranks, 0.5)) for _ in range(2)]
+        converted = worker_load(table.view(URL, 0.5), errors)  # type: ignore[arg-type]
+    for message in (*encoded, converted):
+        assert (message.url, message.num_running_reqs, message.max_total_num_tokens) == (URL, 6, 1200)
+        assert message.freshness == load_pb2.FRESHNESS_FRESH
+        assert [r.frames_received for r in message.ranks] == [1, 0]
+        assert [r.num_tokens for r in message.ranks] == [3, 7]
+    warnings = [e for e in logs if e["event"] == "load_view_value_out_of_range"]
+    assert len(warnings) == 1 and warnings[0]["fields"] == ["ranks[1].frames_received"]
+    assert REGISTRY.get_sample_value("fleetplane_load_view_errors_total") == before + 3
+    ranks[1].frames_received = 2
+    with capture_logs() as logs:
+        again = load_pb2.WorkerLoad.FromString(encoder.encode(URL, ranks, 0.5))
+    assert [r.frames_received for r in again.ranks] == [1, 2]
+    assert [e["event"] for e in logs] == ["load_view_value_in_range_again"]
 
 
 def test_reused_message_does_not_keep_values_of_a_previous_registration() -> None:

@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controlplane.load.table import FrameOutcome, Freshness, LoadTable
+from controlplane.load.table import COUNTER_MAX, FrameOutcome, Freshness, LoadTable
 from controlplane.load.wire import LoadStat
 
 URL = "http://127.0.0.1:9001"
@@ -71,6 +71,16 @@ def test_gap_counts_dropped_frames() -> None:
     assert table.record_frame(r0, 6, stat(), 0.0) is FrameOutcome.OK
     assert table.record_frame(r0, 9, stat(), 0.0) is FrameOutcome.GAP
     assert r0.dropped_frames == 2 and r0.seq == 9
+
+
+def test_dropped_frames_saturate_at_the_int64_maximum() -> None:
+    """seq 0, 2^63-1, 0, 2^63-1: the dropped count stops at 2^63-1 instead of passing what int64 holds."""
+    table = LoadTable(stale_after_s=3.0)
+    (r0,) = table.set_worker(URL, EPS[:1])
+    for seq in (0, COUNTER_MAX, 0, COUNTER_MAX):
+        table.record_frame(r0, seq, stat(), now=1.0)
+    assert (r0.dropped_frames, r0.publisher_restarts, r0.frames_received) == (COUNTER_MAX, 1, 4)
+    assert COUNTER_MAX == 2**63 - 1
 
 
 def test_sequence_going_back_counts_a_restart() -> None:
