@@ -13,9 +13,11 @@ import pytest
 
 from controlplane.app import ControlPlane
 from controlplane.contracts import contract_to_proto_params, parse_contract_json
+from controlplane.errors import NotFound, VersionMismatch
 from controlplane.settings import EtcdLocation, parse_store
 from controlplane.store.etcd import EtcdStore
 from controlplane.store.etcd_routers import EtcdRouterStatsStore
+from controlplane.store.model import ContractVersion
 from controlplane.v1 import contract_pb2 as pb
 from controlplane.v1 import contract_pb2_grpc, load_pb2, load_pb2_grpc, router_pb2, router_pb2_grpc
 from tests.fakes.etcd import EtcdServer
@@ -79,6 +81,88 @@ async def test_concurrent_writers_through_two_planes_never_share_a_version(contr
             for plane in (a, b):
                 snapshot = await asyncio.wait_for(plane.store.wait_for_change(39), 5)
                 assert snapshot.revision == 40 and snapshot.contracts["*"].version == 40
+
+
+async def test_sixteen_writers_on_distinct_scopes_all_succeed_with_dense_revisions(
+    control_plane_factory: Factory,
+):
+    """16 writers (8 per plane) x 60 updates of their own scopes: 960 acknowledged, revisions 1..960."""
+    async with control_plane_factory() as a, control_plane_factory() as b:
+        ca, stub_a = _stub(a)
+        cb, stub_b = _stub(b)
+        async with ca, cb:
+
+            async def writer(w: int) -> list[pb.Contract]:
+                stub = stub_a if w % 2 else stub_b
+                return [
+                    (await stub.UpdateContract(_update(f"model-{w}", (i % 20) / 10, comment=str(i)))).contract
+                    for i in range(60)
+                ]
+
+            written = [c for cs in await asyncio.gather(*(writer(w) for w in range(16))) for c in cs]
+            assert sorted(c.revision for c in written) == list(range(1, 961))
+            for w in range(16):
+                mine = [c for c in written if c.scope == f"model-{w}"]
+                assert [c.version for c in mine] == list(range(1, 61))
+                assert [c.revision for c in mine] == sorted(c.revision for c in mine)
+            for plane in (a, b):
+                snapshot = await asyncio.wait_for(plane.store.wait_for_change(959), 5)
+                assert snapshot.revision == 960 and len(snapshot.contracts) == 16
+
+
+async def test_sixteen_stores_contending_on_the_revision_key_all_succeed(store_url: str):
+    """16 stores on one prefix (16 control planes' worth), one writer each, 30 updates: all land, 1..480."""
+    stores = [EtcdStore(_location(store_url)) for _ in range(16)]
+    for store in stores:
+        await store.open()
+    try:
+        contract = parse_contract_json('{"temperature": 0.3}')
+
+        async def writer(w: int) -> list[int]:
+            return [
+                (
+                    await stores[w].update(
+                        f"m{w}", contract, expected_version=None, allow_missing=True, author="a", comment=""
+                    )
+                ).revision
+                for _ in range(30)
+            ]
+
+        revisions = [r for rs in await asyncio.gather(*(writer(w) for w in range(16))) for r in rs]
+        assert sorted(revisions) == list(range(1, 481))
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_writes_queued_together_are_decided_as_if_one_after_another(store_url: str):
+    """One store, writes issued at once: one expected_version=0 wins, a rollback to a version of the batch works."""
+    store = EtcdStore(_location(store_url))
+    await store.open()
+    try:
+        contract = parse_contract_json('{"temperature": 0.3}')
+        results = await asyncio.gather(
+            *(
+                store.update(
+                    "m", contract, expected_version=0, allow_missing=True, author="a", comment=str(i)
+                )
+                for i in range(5)
+            ),
+            store.update("m", contract, expected_version=1, allow_missing=False, author="a", comment="v2"),
+            store.rollback("m", 1, expected_version=2, author="a", comment="back"),
+            store.delete("n", expected_version=None, author="a", comment="nothing to delete"),
+            return_exceptions=True,
+        )
+        wins = [r for r in results[:5] if not isinstance(r, BaseException)]
+        assert len(wins) == 1 and all(isinstance(r, VersionMismatch) for r in results[:5] if r not in wins)
+        v2, back, missing = results[5:]
+        assert isinstance(missing, NotFound)
+        assert isinstance(v2, ContractVersion) and isinstance(back, ContractVersion)
+        assert [(v.version, v.revision) for v in (wins[0], v2, back)] == [(1, 1), (2, 2), (3, 3)]
+        assert back.rolled_back_from_version == 1 and back.contract == contract
+        assert store.snapshot().revision == 3
+    finally:
+        await store.close()
 
 
 async def test_expected_version_across_planes_lets_exactly_one_writer_win(control_plane_factory: Factory):
