@@ -29,6 +29,7 @@ log = structlog.get_logger("controlplane.contracts")
 
 SERVICE_NAME = contract_pb2.DESCRIPTOR.services_by_name["ContractService"].full_name
 MAX_COMMENT_CHARS = 4096
+MAX_VERSION = 2**63 - 1  # Contract.version is an int64
 
 _Context = aio.ServicerContext[Any, Any]
 
@@ -74,7 +75,9 @@ def _page_token(token: str) -> int | None:
     """The opaque token is the version the next page starts below."""
     if not token:
         return None
-    if not token.isdigit() or int(token) < 1:
+    # What a response gives: a version, ASCII digits of an int64 >= 1. str.isdigit alone also
+    # passes "²" (int() then raises: INTERNAL) and digits past int64 (SQLite then overflows).
+    if not (token.isascii() and token.isdigit() and 1 <= int(token) <= MAX_VERSION):
         raise InvalidArgument(
             "page_token: not a next_page_token from a previous response", field="page_token"
         )

@@ -212,6 +212,17 @@ async def test_history_errors(control_plane):
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "page_size" in msg
 
 
+@pytest.mark.parametrize("token", ["²", "١٢", "9" * 30, str(2**63), "0", "-1", " 1", "1\n", "1.5"])
+async def test_a_malformed_page_token_is_invalid_argument_naming_it(control_plane, token: str):
+    """A page_token no response gave (Unicode digits, past int64, signs, spaces): INVALID_ARGUMENT."""
+    stub = control_plane.contracts
+    await stub.UpdateContract(update("x"))
+    code, msg = await status_of(
+        stub.ListContractHistory(pb.ListContractHistoryRequest(scope="x", page_token=token))
+    )
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and msg.startswith("page_token:")
+
+
 async def test_rollback_copies_an_earlier_version_as_a_new_one(control_plane):
     """Rollback to V writes V's params and policy as a new ROLLBACK version, even after a delete."""
     stub = control_plane.contracts
