@@ -69,6 +69,10 @@ class PermissionDenied(ControlPlaneError):
     status = grpc.StatusCode.PERMISSION_DENIED
 
 
+class UndecodableRequest(ControlPlaneError):
+    """A request message that does not parse as its type (INTERNAL, as stock gRPC servers answer)."""
+
+
 class StartupError(Exception):
     """The control plane, or the fleet ``fleetplane up`` runs, cannot start; the message says why."""
 

@@ -16,7 +16,7 @@ from typing import Any, NoReturn, TypeAlias
 import grpc
 from grpc import aio
 
-from controlplane.errors import PermissionDenied, Unauthenticated
+from controlplane.errors import PermissionDenied, Unauthenticated, UndecodableRequest
 from controlplane.server.auth import (
     ANONYMOUS,
     CURRENT_PRINCIPAL,
@@ -61,6 +61,77 @@ def _shape(
         return handler.stream_unary, grpc.stream_unary_rpc_method_handler, False
     assert handler.stream_stream is not None
     return handler.stream_stream, grpc.stream_stream_rpc_method_handler, True
+
+
+class _Undecodable:
+    """What a request message that does not parse decodes to, so that the call can refuse it."""
+
+    __slots__ = ("refusal",)
+
+    def __init__(self, type_name: str) -> None:
+        self.refusal = UndecodableRequest(f"cannot parse the request as {type_name}")
+
+
+def _decoding(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """``deserializer``, returning ``_Undecodable`` where it raises.
+
+    grpcio answers a deserializer's exception itself, as UNKNOWN with the Python class in the
+    message ("Unexpected <class 'google.protobuf.message.DecodeError'>"); the call then refuses
+    it as ``status_for`` says. INTERNAL, because that is what stock gRPC servers answer for a
+    request that does not parse (grpc-go "grpc: error unmarshalling request", grpc-java
+    "Invalid protobuf byte sequence"): the bytes are not a message of the method at all, which
+    is a broken client or transport, not a field a caller could correct.
+    """
+    if deserializer is None:
+        return None
+    message_type = getattr(deserializer, "__self__", None)
+    descriptor = getattr(message_type, "DESCRIPTOR", None)
+    type_name = str(getattr(descriptor, "full_name", "the method's request message"))
+
+    def decode(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception:  # DecodeError, or anything a parser raises on hostile bytes
+            return _Undecodable(type_name)
+
+    return decode
+
+
+def _refusing_undecodable(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
+    """The same handler, answering a request that does not parse before its behaviour runs."""
+    behaviour, build, _ = _shape(handler)
+
+    async def checked(
+        requests: AsyncIterator[Any], context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        async for request in requests:
+            if isinstance(request, _Undecodable):
+                await _abort(context, request.refusal)
+            yield request
+
+    def arguments(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+        if handler.request_streaming:
+            return checked(request, context)
+        return request
+
+    if inspect.isasyncgenfunction(behaviour):
+
+        async def stream(request: Any, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            if isinstance(request, _Undecodable):
+                await _abort(context, request.refusal)
+            async for item in behaviour(arguments(request, context), context):
+                yield item
+
+        wrapped: Any = stream
+    else:
+
+        async def answer(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+            if isinstance(request, _Undecodable):
+                await _abort(context, request.refusal)
+            return await behaviour(arguments(request, context), context)
+
+        wrapped = answer
+    return build(wrapped, _decoding(handler.request_deserializer), handler.response_serializer)
 
 
 def _wrap(handler: grpc.RpcMethodHandler[Any, Any], principal: Principal) -> grpc.RpcMethodHandler[Any, Any]:
@@ -113,7 +184,10 @@ class ServiceInterceptor(aio.ServerInterceptor):  # type: ignore[type-arg]
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if handler is None or is_open(method):
+        if handler is None:
+            return None
+        handler = _refusing_undecodable(handler)
+        if is_open(method):
             return handler
         if self._tokens is None:
             return _wrap(handler, ANONYMOUS)
