@@ -181,7 +181,7 @@ class ControlPlane:
 
         if settings.http_listen is not None:
             sections = [s for c in self._components for s in c.status_sections]
-            self._http = StatusHttpServer(sections, unhealthy=self._unhealthy)
+            self._http = StatusHttpServer(sections, unhealthy=self._unhealthy, tokens=tokens)
             try:
                 _, http_port = await self._http.start(settings.http_listen.host, settings.http_listen.port)
             except OSError as exc:

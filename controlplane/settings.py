@@ -154,6 +154,12 @@ class ControlSettings:
         if http_listen not in (None, "", "off"):
             assert http_listen is not None
             http = parse_address("--http-listen", http_listen)
+            # /metrics and the status page show the fleet: the same rule as --listen (SPEC §6).
+            if auth_tokens is None and not http.loopback:
+                raise SettingsError(
+                    f"--http-listen {http_listen!r}: a non-loopback address needs --auth-tokens FILE "
+                    "(SPEC §6 Auth), or 'off'"
+                )
         if not 0 < load_stale_after_s < math.inf:
             raise SettingsError(f"--load-stale-after-s {load_stale_after_s}: must be a number of seconds > 0")
         if load_push_interval_ms < 1:

@@ -29,7 +29,11 @@ STARTUP_ERROR_EXIT = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--listen", default=DEFAULT_LISTEN, help="gRPC address (HOST:PORT; port 0 = any)")
+    parser.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        help="gRPC address (HOST:PORT; port 0 = any); off loopback only with --auth-tokens",
+    )
     parser.add_argument(
         "--store",
         default=DEFAULT_STORE,
@@ -41,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help='JSON {"NAME": {"token": "...", "role": "admin|router|viewer"}} (or lines NAME TOKEN ROLE); '
-        "required off loopback",
+        "required when --listen or --http-listen is off loopback; with it, /metrics and the status page "
+        "need a token too (Bearer, or Basic with the token as password)",
     )
     parser.add_argument("--tls-cert", default=None, metavar="FILE", help="server certificate (PEM)")
     parser.add_argument("--tls-key", default=None, metavar="FILE", help="server private key (PEM)")
@@ -49,7 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tls-client-ca", default=None, metavar="FILE", help="require client certificates signed by this CA"
     )
     parser.add_argument(
-        "--http-listen", default=DEFAULT_HTTP_LISTEN, help="/metrics, /healthz, status page; 'off' disables"
+        "--http-listen",
+        default=DEFAULT_HTTP_LISTEN,
+        help="/metrics, /healthz and the status page (HOST:PORT; off loopback only with --auth-tokens); "
+        "'off' disables",
     )
     parser.add_argument("--load-stale-after-s", type=float, default=3.0, help="rank load goes STALE after")
     parser.add_argument("--load-push-interval-ms", type=int, default=50, help="WatchLoads push period")

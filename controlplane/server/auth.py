@@ -13,17 +13,22 @@ secret and role::
 lines of ``NAME TOKEN ROLE`` (spaces, commas or colons between; ``#`` comments) are read too:
 SPEC §6 only says the file maps names to (token, role).
 
-The name is what history records as the author of a change. Roles, by method-name verb in
-any ``controlplane.*`` service: ``admin`` may call everything; ``router`` ``Get*``, ``List*``,
-``Watch*`` and ``Report*``; ``viewer`` ``Get*``, ``List*`` and ``Watch*`` (which covers
-``GetRejectionStats``). Health and reflection are open to everyone. Without a tokens file
-every caller is the admin ``anonymous`` (the control plane then only listens on loopback).
+The name is what history records as the author of a change. Roles (SPEC §6), by method-name
+verb: ``admin`` may call everything; ``router`` watch, report, and get/list of contracts, workers
+and loads (``Get*``, ``List*``, ``Watch*`` of ContractService and LoadService, ``Report*`` of
+RouterService: not ``GetRejectionStats`` nor ``ListRouters``), and only for router ids of its
+own namespace, the token's name or ``NAME/...`` (``may_report_as``); ``viewer`` ``Get*``,
+``List*`` and ``Watch*`` of every ``controlplane.*`` service (which covers
+``GetRejectionStats``). Health and reflection are open to everyone. Without a tokens file every
+caller is the admin ``anonymous`` (the control plane then only listens on loopback).
 
 Pure: no gRPC here; the interceptor adapts it.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
 import hmac
 import json
@@ -48,9 +53,15 @@ class Role(enum.Enum):
     VIEWER = "viewer"
 
 
-_VERBS: Mapping[Role, tuple[str, ...]] = {
-    Role.ROUTER: ("Get", "List", "Watch", "Report"),
-    Role.VIEWER: ("Get", "List", "Watch"),
+_READ = ("Get", "List", "Watch")
+# The verbs a role may call, by service (None: any controlplane.* service).
+_VERBS: Mapping[Role, Mapping[str | None, tuple[str, ...]]] = {
+    Role.ROUTER: {
+        "controlplane.v1.ContractService": _READ,
+        "controlplane.v1.LoadService": _READ,
+        "controlplane.v1.RouterService": ("Report",),
+    },
+    Role.VIEWER: {None: _READ},
 }
 
 
@@ -88,7 +99,39 @@ def allows(role: Role, full_method: str) -> bool:
     if role is Role.ADMIN:
         return True
     service, method = split_method(full_method)
-    return service.startswith(PROTECTED_PACKAGE) and method.startswith(_VERBS[role])
+    if not service.startswith(PROTECTED_PACKAGE):
+        return False
+    verbs = _VERBS[role]
+    return method.startswith(verbs.get(service, verbs.get(None, ())))
+
+
+def may_report_as(principal: Principal, router_id: str) -> bool:
+    """Whether ``principal`` may report status as ``router_id``: a router token only for its own
+    name or ``NAME/...`` (SPEC §6), so one router's token cannot move another's counts."""
+    if principal.role is not Role.ROUTER:
+        return principal.role is Role.ADMIN
+    return router_id == principal.name or router_id.startswith(principal.name + "/")
+
+
+def http_token(authorization: str | None) -> str | None:
+    """The token of an HTTP ``Authorization`` value: ``Bearer T``, or ``Basic`` with T as the password.
+
+    Basic (RFC 7617) so that a browser can log in to the status page: any user name, the token
+    as the password.
+    """
+    if authorization is None:
+        return None
+    scheme, _, credentials = authorization.strip().partition(" ")
+    if scheme.lower() == "bearer":
+        return credentials.strip() or None
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(credentials.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    _, colon, password = decoded.partition(":")
+    return password if colon and password else None
 
 
 class TokenFileError(ValueError):

@@ -20,11 +20,12 @@ import structlog
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from controlplane.contracts import FIELD_BY_NAME
-from controlplane.errors import InvalidArgument
+from controlplane.errors import InvalidArgument, PermissionDenied
 from controlplane.metrics import WATCHERS
 from controlplane.reports.page import render_rejections, render_routers
 from controlplane.reports.rejections import RejectionLedger, RejectionTotals
 from controlplane.reports.rollout import RolloutBoard, RouterRecord, RouterView
+from controlplane.server.auth import current_principal, may_report_as
 from controlplane.server.component import AppContext, Component, ServiceBinding
 from controlplane.store.etcd_routers import EtcdRouterStatsStore
 from controlplane.store.routers import (
@@ -56,6 +57,17 @@ def _check_id(name: str, value: str) -> None:
         raise ReportInvalid(f"{name}: must not be empty")
     if len(value) > MAX_ID_CHARS:
         raise ReportInvalid(f"{name}: longer than {MAX_ID_CHARS} characters")
+
+
+def _check_namespace(router_id: str) -> None:
+    """A router token reports only as its own name or ``NAME/...`` (SPEC §6 Auth)."""
+    principal = current_principal()
+    if not may_report_as(principal, router_id):
+        raise PermissionDenied(
+            f"router_id: token {principal.name!r} may only report as {principal.name!r} or "
+            f"{principal.name + '/...'!r}, not {router_id!r}",
+            field="router_id",
+        )
 
 
 def parse_report(request: router_pb2.ReportRouterStatusRequest) -> dict[tuple[str, str], int]:
@@ -197,6 +209,7 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
             async for request in request_iterator:
                 # ReportInvalid ends the stream; the interceptor maps it to INVALID_ARGUMENT.
                 counts = parse_report(request)
+                _check_namespace(request.router_id)
                 if router_id is not None and request.router_id != router_id:
                     raise ReportInvalid(
                         f"router_id: changed within one stream ({router_id!r} -> {request.router_id!r})"

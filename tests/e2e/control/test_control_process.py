@@ -68,6 +68,9 @@ def test_startup_errors_exit_non_zero_with_one_line_naming_the_flag(tmp_path: Pa
     assert code == 2 and "--store etcd://127.0.0.1:1/p" in err.splitlines()[-1]
     code, err = _startup_error("--listen", "0.0.0.0:0", "--store", store, "--http-listen", "off")
     assert code == 2 and "--listen" in err and "--auth-tokens" in err
+    code, err = _startup_error("--listen", "127.0.0.1:0", "--store", store, "--http-listen", "0.0.0.0:0")
+    assert code == 2 and err.count("\n") == 0
+    assert err.startswith("fleetplane control: --http-listen '0.0.0.0:0'") and "--auth-tokens" in err
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -15,7 +18,7 @@ from controlplane.contracts import contract_to_proto_params, parse_contract_json
 from controlplane.errors import SettingsError
 from controlplane.settings import ControlSettings
 from controlplane.v1 import contract_pb2 as pb
-from controlplane.v1 import contract_pb2_grpc
+from controlplane.v1 import contract_pb2_grpc, load_pb2, load_pb2_grpc, router_pb2, router_pb2_grpc
 from tests.fakes.pki import make_pki
 
 TOKENS = {
@@ -181,3 +184,118 @@ async def test_tls_and_mtls(control_plane_factory, pki):
                 pb.ListContractsRequest()
             )
             assert reply.revision == 0
+
+
+def _http(url: str, authorization: str | None = None) -> tuple[int, dict[str, str], str]:
+    request = urllib.request.Request(url)
+    if authorization is not None:
+        request.add_header("Authorization", authorization)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return resp.status, dict(resp.headers), resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read().decode()
+
+
+def _basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+async def test_with_tokens_metrics_and_the_status_page_need_a_token_and_healthz_does_not(
+    control_plane_factory, tokens_file
+):
+    """/metrics and / answer 401 + Basic challenge without a token; Bearer or Basic password opens them."""
+    async with control_plane_factory(auth_tokens=str(tokens_file)) as plane:
+        base = f"http://{plane.http_address}"
+        for path in ("/metrics", "/", "/status", "/nowhere"):
+            for authorization in (
+                None,
+                "Bearer nope-xyz",
+                _basic("ops", "nope-xyz"),
+                "Basic !!!",
+                "Digest x",
+            ):
+                status, headers, body = await asyncio.to_thread(_http, base + path, authorization)
+                assert status == 401, (path, authorization)
+                assert headers["WWW-Authenticate"] == 'Basic realm="fleetplane"'
+                assert "nope-xyz" not in body and "fleetplane_" not in body
+        for name in TOKENS:
+            token = TOKENS[name]["token"]
+            for authorization in (f"Bearer {token}", _basic("anyone", token), _basic("", token)):
+                status, _, body = await asyncio.to_thread(_http, base + "/metrics", authorization)
+                assert status == 200 and "fleetplane_control_contract_revision" in body
+                status, _, body = await asyncio.to_thread(_http, base + "/", authorization)
+                assert status == 200 and "<html" in body.lower()
+        status, _, body = await asyncio.to_thread(_http, base + "/healthz")
+        assert (status, body) == (200, "ok\n")
+
+
+def test_a_non_loopback_http_listen_address_needs_a_tokens_file():
+    """Without --auth-tokens, --http-listen must be loopback too (the error names the flag)."""
+    with pytest.raises(SettingsError, match=r"^--http-listen '0\.0\.0\.0:9464'.*--auth-tokens"):
+        ControlSettings.build(listen="127.0.0.1:0", store="sqlite:x.db", http_listen="0.0.0.0:9464")
+    with pytest.raises(SettingsError, match=r"^--http-listen"):
+        ControlSettings.build(listen="127.0.0.1:0", store="sqlite:x.db", http_listen="example.org:9464")
+    assert ControlSettings.build(store="sqlite:x.db", http_listen="[::1]:0").http_listen is not None
+    assert ControlSettings.build(store="sqlite:x.db", http_listen="0.0.0.0:0", auth_tokens="t.json")
+
+
+async def _report(channel: grpc.aio.Channel, name: str, router_id: str) -> tuple[grpc.StatusCode, str]:
+    stub = router_pb2_grpc.RouterServiceStub(channel)
+    call = stub.ReportRouterStatus(metadata=bearer(name))
+    try:
+        await call.write(router_pb2.ReportRouterStatusRequest(router_id=router_id, boot_id="b1"))
+        await call.done_writing()
+    except grpc.aio.AioRpcError:
+        pass  # refused before the write went through: the status is the call's
+    return await code_of(call)
+
+
+async def test_a_router_token_reports_only_router_ids_of_its_own_namespace(
+    control_plane_factory, tokens_file
+):
+    """Token "router-a" may report as router-a or router-a/...; as anything else PERMISSION_DENIED."""
+    async with (
+        control_plane_factory(auth_tokens=str(tokens_file)) as plane,
+        grpc.aio.insecure_channel(str(plane.grpc_address)) as channel,
+    ):
+        for router_id in ("router-a", "router-a/1", "router-a/pod-7/2"):
+            assert await _report(channel, "router-a", router_id) == (grpc.StatusCode.OK, "")
+        for router_id in ("router-b", "router-ab", "router-", "x/router-a", "router-a-1"):
+            code, msg = await _report(channel, "router-a", router_id)
+            assert code == grpc.StatusCode.PERMISSION_DENIED and msg.startswith("router_id:"), router_id
+            assert "router-secret" not in msg
+        assert await _report(channel, "ops", "anyone") == (grpc.StatusCode.OK, "")
+        listed = await router_pb2_grpc.RouterServiceStub(channel).ListRouters(
+            router_pb2.ListRoutersRequest(), metadata=bearer("ops")
+        )
+        assert sorted(r.router_id for r in listed.routers) == [
+            "anyone",
+            "router-a",
+            "router-a/1",
+            "router-a/pod-7/2",
+        ]
+
+
+async def test_the_router_role_gets_no_rejection_stats_nor_the_rollout_view(
+    control_plane_factory, tokens_file
+):
+    """SPEC §6: router = watch, report, get/list of contracts, workers and loads; stats are the viewer's."""
+    async with (
+        control_plane_factory(auth_tokens=str(tokens_file)) as plane,
+        grpc.aio.insecure_channel(str(plane.grpc_address)) as channel,
+    ):
+        routers = router_pb2_grpc.RouterServiceStub(channel)
+        for call in (
+            routers.GetRejectionStats(router_pb2.GetRejectionStatsRequest(), metadata=bearer("router-a")),
+            routers.ListRouters(router_pb2.ListRoutersRequest(), metadata=bearer("router-a")),
+        ):
+            code, msg = await code_of(call)
+            assert code == grpc.StatusCode.PERMISSION_DENIED and "router-a" in msg
+        stats = await routers.GetRejectionStats(
+            router_pb2.GetRejectionStatsRequest(), metadata=bearer("grafana")
+        )
+        assert stats.total == 0
+        loads = load_pb2_grpc.LoadServiceStub(channel)
+        await loads.ListWorkers(load_pb2.ListWorkersRequest(), metadata=bearer("router-a"))
+        await loads.GetLoads(load_pb2.GetLoadsRequest(), metadata=bearer("router-a"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -12,7 +13,9 @@ from controlplane.server.auth import (
     TokenFileError,
     allows,
     bearer_token,
+    http_token,
     is_open,
+    may_report_as,
     parse_tokens,
 )
 
@@ -34,6 +37,11 @@ R = "/controlplane.v1.RouterService/"
         (Role.ROUTER, C + "UpdateContract", False),
         (Role.ROUTER, C + "RollbackContract", False),
         (Role.ROUTER, L + "RegisterWorker", False),
+        (Role.ROUTER, L + "ListWorkers", True),
+        (Role.ROUTER, L + "GetLoads", True),
+        (Role.ROUTER, R + "GetRejectionStats", False),
+        (Role.ROUTER, R + "ListRouters", False),
+        (Role.ROUTER, "/controlplane.v2.OtherService/GetThing", False),
         (Role.VIEWER, C + "ListContractHistory", True),
         (Role.VIEWER, R + "GetRejectionStats", True),
         (Role.VIEWER, R + "ReportRouterStatus", False),
@@ -44,6 +52,44 @@ R = "/controlplane.v1.RouterService/"
 def test_role_table(role, method, allowed):
     """Each role may call exactly the verbs of its row in the table."""
     assert allows(role, method) is allowed
+
+
+@pytest.mark.parametrize(
+    ("principal", "router_id", "allowed"),
+    [
+        (Principal("edge", Role.ROUTER), "edge", True),
+        (Principal("edge", Role.ROUTER), "edge/3", True),
+        (Principal("edge", Role.ROUTER), "edge-2", False),
+        (Principal("edge", Role.ROUTER), "edg", False),
+        (Principal("edge", Role.ROUTER), "other/edge", False),
+        (Principal("ops", Role.ADMIN), "edge", True),
+        (Principal("grafana", Role.VIEWER), "grafana", False),
+    ],
+)
+def test_a_router_token_reports_only_in_its_namespace(principal, router_id, allowed):
+    """A router token's router ids are its name or NAME/...; admin reports any; a viewer none."""
+    assert may_report_as(principal, router_id) is allowed
+
+
+@pytest.mark.parametrize(
+    ("authorization", "token"),
+    [
+        ("Bearer abc", "abc"),
+        ("bearer  abc ", "abc"),
+        ("Basic " + base64.b64encode(b"ops:abc").decode(), "abc"),
+        ("Basic " + base64.b64encode(b":abc").decode(), "abc"),
+        ("Basic " + base64.b64encode(b"ops:a:b").decode(), "a:b"),
+        ("Basic " + base64.b64encode(b"abc").decode(), None),
+        ("Basic " + base64.b64encode(b"ops:").decode(), None),
+        ("Basic not-base64!", None),
+        ("Digest abc", None),
+        ("Bearer", None),
+        (None, None),
+    ],
+)
+def test_http_token_reads_bearer_or_the_basic_password(authorization, token):
+    """The status page's token: Bearer T, or Basic with T as the password (RFC 7617); else none."""
+    assert http_token(authorization) == token
 
 
 def test_health_and_reflection_are_open():
