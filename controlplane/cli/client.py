@@ -3,7 +3,7 @@
 Every operator command (``contract``, ``workers``, ``loads``, ``routers``, ``stats``) uses::
 
     def add_arguments(parser):
-        add_connection_arguments(parser)          # --control-plane, --token, --tls-ca, --output
+        add_connection_arguments(parser)          # --control-plane, --token[-file], --tls-ca, --output
         ...
 
     def run(args) -> int:
@@ -50,7 +50,15 @@ def add_connection_arguments(parser: argparse.ArgumentParser, *, inherited: bool
     actions = [
         parser.add_argument("--control-plane", default=DEFAULT_CONTROL_PLANE, metavar="HOST:PORT"),
         parser.add_argument(
-            "--token", default=None, help="bearer token (see the control plane's --auth-tokens)"
+            "--token",
+            default=None,
+            help="bearer token (see the control plane's --auth-tokens); visible in ps, prefer --token-file",
+        ),
+        parser.add_argument(
+            "--token-file",
+            default=None,
+            metavar="FILE",
+            help="read the bearer token from FILE (one trailing newline is ignored); not with --token",
         ),
         parser.add_argument("--tls-ca", default=None, metavar="FILE", help="use TLS, trusting this CA (PEM)"),
         parser.add_argument(
@@ -117,7 +125,7 @@ class ControlPlaneClient:
     def from_args(args: argparse.Namespace) -> ControlPlaneClient:
         return ControlPlaneClient(
             args.control_plane,
-            token=args.token,
+            token=read_token(args.token, args.token_file),
             tls_ca=args.tls_ca,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
@@ -141,6 +149,30 @@ class ControlPlaneClient:
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def read_token(token: str | None, token_file: str | None) -> str | None:
+    """The bearer token of ``--token`` or ``--token-file`` (whose one trailing newline is not part of it).
+
+    A file keeps the token out of ``ps`` and shell history; both at once is refused, as is an
+    empty token or one with spaces (it could never match a line of the tokens file).
+    """
+    if token is not None and token_file is not None:
+        raise CommandError("--token and --token-file: give one of them", USAGE_ERROR_EXIT)
+    if token_file is None:
+        return token
+    try:
+        with open(token_file, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise CommandError(f"--token-file {token_file}: cannot read ({reason})", USAGE_ERROR_EXIT) from None
+    text = text.removesuffix("\n").removesuffix("\r")
+    if not text or not text.isprintable() or " " in text:
+        raise CommandError(
+            f"--token-file {token_file}: must hold one token, printable without spaces", USAGE_ERROR_EXIT
+        )
+    return text
 
 
 def _read_pem(flag: str, path: str | None) -> bytes | None:

@@ -90,7 +90,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--control-plane", default=None, metavar="HOST:PORT", help="subscribe to this control plane"
     )
-    parser.add_argument("--token", default=None, help="bearer token for the control plane")
+    parser.add_argument(
+        "--token", default=None, help="bearer token for the control plane (shows in ps: prefer --token-file)"
+    )
+    parser.add_argument(
+        "--token-file",
+        default=None,
+        metavar="FILE",
+        help="read the bearer token from FILE (not with --token)",
+    )
     parser.add_argument(
         "--tls-ca", default=None, metavar="FILE", help="CA bundle to verify the control plane"
     )
@@ -241,6 +249,22 @@ def _check_router_id(router_id: str, processes: int) -> None:
         raise SettingsError(f"--router-id {router_id[:20]!r}...: at most {limit} characters")
 
 
+def _token(token: str | None, token_file: str | None) -> str | None:
+    """``--token``, or the contents of ``--token-file`` less one trailing newline (out of ``ps``)."""
+    if token_file is None:
+        return token
+    if token is not None:
+        raise SettingsError("--token/--token-file: give one of them, not both")
+    try:
+        text = Path(token_file).read_text(encoding="utf-8").removesuffix("\n").removesuffix("\r")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise SettingsError(f"--token-file {token_file!r}: cannot read ({reason})") from None
+    if not text or not text.isprintable() or " " in text:
+        raise SettingsError(f"--token-file {token_file!r}: must hold one token, printable without spaces")
+    return text
+
+
 def settings_from_args(args: argparse.Namespace) -> RouterSettings:
     """Validate the parsed flags (raises ``SettingsError``)."""
     host, port = parse_listen(args.listen)
@@ -260,8 +284,10 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
                 "--override-sampling-params/--sampling-param-conflict: not allowed with --control-plane "
                 "(contracts come from the control plane)"
             )
-    elif any(v is not None for v in (args.token, args.tls_ca, args.tls_cert, args.tls_key)):
-        raise SettingsError("--token/--tls-ca/--tls-cert/--tls-key: only meaningful with --control-plane")
+    elif any(v is not None for v in (args.token, args.token_file, args.tls_ca, args.tls_cert, args.tls_key)):
+        raise SettingsError(
+            "--token/--token-file/--tls-ca/--tls-cert/--tls-key: only meaningful with --control-plane"
+        )
     contract = None
     if args.override_sampling_params is not None:
         try:
@@ -314,7 +340,7 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         processes=args.processes,
         router_id=args.router_id or f"{socket.gethostname()}-{os.getpid()}",
         control_plane=args.control_plane,
-        token=args.token,
+        token=_token(args.token, args.token_file),
         tls_ca=Path(args.tls_ca) if args.tls_ca else None,
         tls_cert=Path(args.tls_cert) if args.tls_cert else None,
         tls_key=Path(args.tls_key) if args.tls_key else None,
