@@ -5,7 +5,9 @@ supervisor, which then stops them in order): a control plane on SQLite under ``-
 two engine-sims (HTTP/1.1 with dp-size 1; h2c with dp-size 2; both publishing load over ZMQ),
 registers them, and one router subscribed to the control plane. Prints the URLs, a curl line
 and the operator commands, then stays up until Ctrl-C/SIGTERM and stops everything (router,
-engines, control plane), exit 0. A child that dies early stops the fleet with exit 1.
+engines, control plane), exit 0. A control plane that dies is started again on the same ports
+and store, while the router keeps serving on its last contract (``supervise``); any other
+child that dies stops the fleet with exit 1.
 
 The data plane is started as ``python -m dataplane`` processes: the control plane never
 imports it (ARCHITECTURE.md).
@@ -42,8 +44,14 @@ MODEL = "fleetplane-sim"
 # shows injection and refusal at once. Later starts keep whatever the operator made of it.
 SEED_CONTRACT = {"temperature": 1, "top_p": 0.95, "top_k": {"min": 1, "max": 50, "default": 40}}
 START_TIMEOUT_S = 30.0
+USAGE_EXIT = 2  # a flag's value is unusable, as argparse exits
 STOP_GRACE_S = 10.0
 STATE_FILE = "up-workers.json"
+LOOPBACK = "127.0.0.1"  # every listener of the fleet binds here
+# A control plane that dies is started again (the router meanwhile enforces its last contract,
+# SPEC §6), after these delays in a row; one that stayed up this long starts the series over.
+RESTART_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+RESTART_RESET_AFTER_S = 60.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,8 +112,11 @@ def _child_environment() -> dict[str, str]:
 @dataclass
 class Child:
     name: str
+    argv: list[str]
     proc: subprocess.Popen[bytes]
     log: Path
+    log_offset: int = 0  # where this run's output starts in the log (a restart appends)
+    started: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -114,9 +125,21 @@ class Fleet:
     children: list[Child] = field(default_factory=list)
 
     def start(self, name: str, argv: Sequence[str]) -> Child:
+        child = self._spawn(name, list(argv), append=False)
+        self.children.append(child)
+        return child
+
+    def restart(self, child: Child, argv: Sequence[str] | None = None) -> Child:
+        """Start ``child`` again in its place (its log kept, this run appended after it)."""
+        again = self._spawn(child.name, list(argv or child.argv), append=True)
+        self.children[self.children.index(child)] = again
+        return again
+
+    def _spawn(self, name: str, argv: list[str], *, append: bool) -> Child:
         log = self.workdir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("wb") as out:
+        with log.open("ab" if append else "wb") as out:
+            offset = out.tell()
             proc = subprocess.Popen(
                 [sys.executable, "-m", *argv],
                 stdout=out,
@@ -126,9 +149,7 @@ class Fleet:
                 env=_child_environment(),
                 preexec_fn=_die_with_parent(os.getpid()),
             )
-        child = Child(name, proc, log)
-        self.children.append(child)
-        return child
+        return Child(name, argv, proc, log, offset)
 
     def dead(self) -> Child | None:
         return next((c for c in self.children if c.proc.poll() is not None), None)
@@ -145,19 +166,76 @@ class Fleet:
                     child.proc.wait()
 
 
-def wait_for_line(child: Child, pattern: str, timeout_s: float = START_TIMEOUT_S) -> re.Match[str]:
-    """Wait until the child's log has a line matching ``pattern`` (its "listening on" line)."""
+class Stopped(Exception):
+    """Ctrl-C or SIGTERM came while ``up`` waited."""
+
+
+def wait_for_line(
+    child: Child,
+    pattern: str,
+    timeout_s: float = START_TIMEOUT_S,
+    stop: threading.Event | None = None,
+) -> re.Match[str]:
+    """Wait until this run of the child logged a line matching ``pattern`` (its "listening on" line)."""
     regex = re.compile(pattern)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        text = child.log.read_text(errors="replace") if child.log.exists() else ""
-        match = regex.search(text)
-        if match:
-            return match
+        if stop is not None and stop.is_set():
+            raise Stopped
+        with contextlib.suppress(FileNotFoundError), child.log.open("rb") as log:
+            log.seek(child.log_offset)
+            match = regex.search(log.read().decode(errors="replace"))
+            if match:
+                return match
         if child.proc.poll() is not None:
             raise StartupError(f"{child.name} exited with {child.proc.returncode}; see {child.log}")
         time.sleep(0.05)
     raise StartupError(f"{child.name} did not start within {timeout_s:.0f} s; see {child.log}")
+
+
+def _pause(stop: threading.Event, seconds: float) -> bool:
+    """Sleep ``seconds`` in short steps (signals set ``stop`` from this thread); True if stopped."""
+    deadline = time.monotonic() + seconds
+    while not stop.is_set() and time.monotonic() < deadline:
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+    return stop.is_set()
+
+
+def supervise(fleet: Fleet, control_argv: list[str], stop: threading.Event) -> None:
+    """Until ``stop``: restart the control plane whenever it dies; any other child dying ends ``up``.
+
+    What the product promises (SPEC §6): a router keeps enforcing the last contract it applied
+    while its control plane is away, and resumes once it is back; so the demo keeps its router
+    serving and brings the control plane back (same ports, same store), with a growing delay
+    while it keeps dying, each restart said on stderr.
+    """
+    attempt = 0
+    while not _pause(stop, 0.2):
+        dead = fleet.dead()
+        if dead is None:
+            continue
+        if dead.name != "control":
+            raise StartupError(f"{dead.name} exited with {dead.proc.returncode}; see {dead.log}")
+        if time.monotonic() - dead.started >= RESTART_RESET_AFTER_S:
+            attempt = 0
+        delay = RESTART_DELAYS_S[min(attempt, len(RESTART_DELAYS_S) - 1)]
+        attempt += 1
+        print(
+            f"fleetplane up: the control plane exited with {dead.proc.returncode}; restarting it in "
+            f"{delay:g} s (restart {attempt}; the router keeps enforcing its last contract; see {dead.log})",
+            file=sys.stderr,
+            flush=True,
+        )
+        if _pause(stop, delay):
+            return
+        again = fleet.restart(dead, control_argv)
+        try:
+            listening = wait_for_line(again, r"control plane listening on (\S+)", stop=stop)
+        except StartupError as exc:  # exited again, or hung: the next turn restarts it later
+            print(f"fleetplane up: {exc}", file=sys.stderr, flush=True)
+            fleet.stop("control")
+            continue
+        print(f"fleetplane up: the control plane is back on {listening.group(1)}", flush=True)
 
 
 def free_port_range(count: int) -> int:
@@ -173,18 +251,50 @@ def free_port_range(count: int) -> int:
     raise StartupError("could not find free ports for the load publishers")
 
 
-def _port_free(port: int) -> bool:
+def _port_free(port: int, host: str = "0.0.0.0") -> bool:
+    """Whether a listener could bind ``host:port`` now.
+
+    With SO_REUSEADDR, as every listener of the fleet binds (gRPC, asyncio's servers, ZMQ):
+    without it the connections a listener closed moments ago (TIME_WAIT, ~60 s after the status
+    page or /metrics was read) made the port look taken though the real listener would bind it.
+    A port another socket listens on is refused either way.
+    """
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind(("0.0.0.0", port))
+            probe.bind((host, port))
         except OSError:
             return False
     return True
 
 
 def _check_port(flag: str, port: int) -> None:
-    if port and not _port_free(port):
+    if port and not _port_free(port, LOOPBACK):
         raise StartupError(f"{flag} {port}: port is in use; choose a free port")
+
+
+def _check_workdir(workdir: Path) -> None:
+    """The state directory exists (or is made) and takes files; else one line naming --workdir."""
+    try:
+        (workdir / "logs").mkdir(parents=True, exist_ok=True)
+        probe = workdir / ".fleetplane-up-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise StartupError(f"--workdir {workdir}: cannot keep the fleet's state there ({reason})") from None
+
+
+def _control_argv(workdir: Path, listen: str, http_port: int) -> list[str]:
+    return [
+        "controlplane",
+        "--listen",
+        listen,
+        "--store",
+        f"sqlite:{workdir / 'control.db'}",
+        "--http-listen",
+        f"{LOOPBACK}:{http_port}",
+    ]
 
 
 def _engine(fleet: Fleet, name: str, dp_size: int, http2: bool) -> str:
@@ -301,7 +411,11 @@ def _banner(router: str, control: str, http_port: int, engines: list[str], seede
 
 def run(args: argparse.Namespace) -> int:
     workdir = Path(args.workdir).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        _check_workdir(workdir)
+    except StartupError as exc:
+        print(f"fleetplane up: {exc}", file=sys.stderr)
+        return USAGE_EXIT
     fleet = Fleet(workdir)
     stop = threading.Event()
 
@@ -315,22 +429,13 @@ def run(args: argparse.Namespace) -> int:
         _check_port("--control-port", args.control_port)
         _check_port("--router-port", args.router_port)
         _check_port("--http-port", args.http_port)
-        cp = fleet.start(
-            "control",
-            [
-                "controlplane",
-                "--listen",
-                control,
-                "--store",
-                f"sqlite:{workdir / 'control.db'}",
-                "--http-listen",
-                f"127.0.0.1:{args.http_port}",
-            ],
-        )
+        cp = fleet.start("control", _control_argv(workdir, control, args.http_port))
         # Port 0 asks the OS for a port: name the ones the control plane actually bound.
         http_port = int(wait_for_line(cp, r"control plane http on \S+:(\d+)").group(1))
         grpc_port = int(wait_for_line(cp, r"control plane listening on \S+:(\d+)").group(1))
         control = f"127.0.0.1:{grpc_port}"
+        # A restart binds the same ports: the router and the operator know these.
+        control_argv = _control_argv(workdir, control, http_port)
         engines = [_engine(fleet, "engine-h1", 1, False), _engine(fleet, "engine-h2c", 2, True)]
         with grpc.insecure_channel(control) as channel:
             grpc.channel_ready_future(channel).result(timeout=START_TIMEOUT_S)
@@ -355,11 +460,10 @@ def run(args: argparse.Namespace) -> int:
         )
         router_url = wait_for_line(router, r"listening on (http://\S+)").group(1)
         print(_banner(router_url, control, http_port, engines, seeded), flush=True)
-        while not stop.is_set():
-            dead = fleet.dead()
-            if dead is not None:
-                raise StartupError(f"{dead.name} exited with {dead.proc.returncode}; see {dead.log}")
-            time.sleep(0.2)
+        supervise(fleet, control_argv, stop)
+        print("stopping…", flush=True)
+        return_code = 0
+    except Stopped:
         print("stopping…", flush=True)
         return_code = 0
     except StartupError as exc:

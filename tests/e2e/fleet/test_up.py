@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -50,9 +51,15 @@ def _alive(pid: int) -> bool:
 
 
 class Up:
-    def __init__(self, workdir: Path, env: dict[str, str] | None = None) -> None:
-        self.router_port, self.control_port, self.http_port = _free_port(), _free_port(), _free_port()
-        self.out = workdir.parent / f"up-{self.router_port}.out"
+    def __init__(
+        self, workdir: Path, env: dict[str, str] | None = None, ports: tuple[int, int, int] | None = None
+    ) -> None:
+        self.router_port, self.control_port, self.http_port = ports or (
+            _free_port(),
+            _free_port(),
+            _free_port(),
+        )
+        self.out = workdir.parent / f"up-{self.router_port}-{time.monotonic_ns()}.out"
         self._out = self.out.open("wb")
         self.proc = subprocess.Popen(
             [
@@ -85,6 +92,17 @@ class Up:
                 pytest.fail(f"fleetplane up exited {self.proc.returncode}:\n{text}")
             time.sleep(0.1)
         pytest.fail(f"fleetplane up did not come up:\n{self.out.read_text(errors='replace')}")
+
+    def output(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def child(self, module: str) -> int:
+        """The PID of the child running ``python -m module``."""
+        for pid in _children(self.proc.pid):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if argv[1:3] == [b"-m", module.encode()]:
+                return pid
+        raise AssertionError(f"no child runs -m {module}: {_children(self.proc.pid)}")
 
     def interrupt(self) -> int:
         self.proc.send_signal(signal.SIGINT)
@@ -210,3 +228,111 @@ def test_a_bad_port_is_one_line_naming_flag_and_value(value: str) -> None:
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1
     assert "--router-port" in lines[0] and value in lines[0] and "0-65535" in lines[0]
+
+
+def _get(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        resp.read()
+        return int(resp.status)
+
+
+def test_up_restarts_at_once_on_the_same_ports_after_the_status_page_was_read(workdir: Path) -> None:
+    """Read /metrics and the status page (their closes leave TIME_WAIT), Ctrl-C, up again at once: it starts."""
+    up = Up(workdir)
+    ports = (up.router_port, up.control_port, up.http_port)
+    try:
+        up.wait_up()
+        for path in ("/metrics", "/", "/metrics", "/healthz"):
+            assert _get(f"http://127.0.0.1:{up.http_port}{path}") == 200
+        assert up.interrupt() == 0
+    finally:
+        up.kill()
+    again = Up(workdir, ports=ports)
+    try:
+        banner = again.wait_up()
+        assert f"http://127.0.0.1:{up.router_port}" in banner and "port is in use" not in banner
+        assert again.interrupt() == 0
+    finally:
+        again.kill()
+
+
+def test_a_port_another_process_listens_on_is_still_refused(workdir: Path) -> None:
+    """up --http-port P with P taken by a listener: one line naming the flag, exit 1, nothing started."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        up = Up(workdir, ports=(_free_port(), _free_port(), port))
+        try:
+            assert up.proc.wait(30) == 1
+            lines = up.output().strip().splitlines()
+            assert lines == [f"fleetplane up: --http-port {port}: port is in use; choose a free port"]
+        finally:
+            up.kill()
+
+
+@pytest.mark.parametrize("kind", ["a file", "under a file"])
+def test_an_unusable_workdir_is_one_line_naming_the_flag(tmp_path: Path, kind: str) -> None:
+    """up --workdir PATH where PATH is a file (or below one): one line naming --workdir, exit 2, no traceback."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a directory")
+    path = blocker if kind == "a file" else blocker / "fleet"
+    done = subprocess.run(
+        [sys.executable, "-m", "controlplane.cli.main", "up", "--workdir", str(path),
+         "--router-port", "0", "--control-port", "0", "--http-port", "0"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"fleetplane up: --workdir {path}: ") and "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory")
+def test_an_unwritable_workdir_is_one_line_naming_the_flag(tmp_path: Path) -> None:
+    """up --workdir DIR where DIR cannot be written: one line naming --workdir, exit 2."""
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    done = subprocess.run(
+        [sys.executable, "-m", "controlplane.cli.main", "up", "--workdir", str(locked)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "--workdir" in lines[0]
+
+
+def test_a_killed_control_plane_is_restarted_while_the_router_keeps_enforcing(workdir: Path) -> None:
+    """kill -9 of up's control plane: the router goes on serving with the contract (fail-static),
+    up says it restarts it, and the control plane comes back on the same port with the contracts."""
+    up = Up(workdir, ports=(0, 0, 0))
+    try:
+        banner = up.wait_up()
+        router_port = int(re.search(r"router\s+http://127\.0\.0\.1:(\d+)", banner).group(1))  # type: ignore[union-attr]
+        control = re.search(r"control plane\s+(127\.0\.0\.1:\d+)", banner).group(1)  # type: ignore[union-attr]
+        hello = {"model": "fleetplane-sim", "messages": [{"role": "user", "content": "hi"}]}
+        assert _chat_until_ok(router_port, hello)[0] == 200
+        cli = [sys.executable, "-m", "controlplane.cli.main", "contract", "get", "--control-plane", control,
+               "--scope", "*", "--output", "json", "--timeout-s", "3"]  # fmt: skip
+        before = subprocess.run(cli, capture_output=True, text=True, timeout=30, check=True).stdout
+        engines_and_router = [p for p in _children(up.proc.pid) if p != up.child("controlplane")]
+        os.kill(up.child("controlplane"), signal.SIGKILL)
+        # The router keeps enforcing the last contract while the control plane is away.
+        status, headers, _ = _chat(router_port, hello)
+        assert status == 200 and json.loads(headers["x-sim-sampling-params"])["temperature"] == 1.0
+        status, headers, _ = _chat(router_port, {**hello, "top_p": 0.5})
+        assert (status, headers["x-router-error-code"]) == (400, "sampling_contract_violation")
+        deadline = time.monotonic() + 30
+        while "the control plane is back" not in up.output():
+            assert time.monotonic() < deadline and up.proc.poll() is None, up.output()
+            time.sleep(0.1)
+        assert "the control plane exited with -9; restarting it in" in up.output()
+        after = subprocess.run(cli, capture_output=True, text=True, timeout=30, check=True).stdout
+        assert json.loads(after)["contract"] == json.loads(before)["contract"]
+        assert [p for p in engines_and_router if not _alive(p)] == []  # nothing else was restarted
+        assert _chat(router_port, {**hello, "top_p": 0.5})[0] == 400
+        children = _children(up.proc.pid)
+        assert up.interrupt() == 0
+        time.sleep(0.5)
+        assert [pid for pid in children if _alive(pid)] == []
+    finally:
+        up.kill()
