@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 
 from controlplane.envflags import EnvArgumentParser
@@ -36,6 +38,12 @@ INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports it
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Ctrl-C must stop `loads --watch` and a waiting `workers add` however we were started: a
+    # shell starts background jobs (`cmd &`, and what they start) with SIGINT ignored, which a
+    # child inherits, and Python then leaves it ignored instead of raising KeyboardInterrupt.
+    # Set here, before exec, so `router` and `engine-sim` start with the default disposition too.
+    if threading.current_thread() is threading.main_thread():  # tests also call main() in threads
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in DATAPLANE_COMMANDS:
         target = DATAPLANE_COMMANDS[args[0]][0]

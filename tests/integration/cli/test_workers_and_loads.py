@@ -11,8 +11,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import zmq
 
 from controlplane.cli.main import main
@@ -96,14 +98,22 @@ async def test_loads_table_shows_freshness_and_kv_bar(tmp_path: Path) -> None:
         ctx.destroy(linger=0)
 
 
-async def test_loads_watch_refreshes_until_ctrl_c(tmp_path: Path) -> None:
-    """`loads --watch --output json` prints the full view first, then exits 0 on SIGINT."""
+def _inherit(disposition: signal.Handlers) -> Callable[[], None]:
+    """Start the child with SIGINT at ``disposition``, as a shell's background job inherits SIG_IGN."""
+    return lambda: signal.signal(signal.SIGINT, disposition)  # type: ignore[func-returns-value]
+
+
+@pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["default", "inherited-ignored"])
+async def test_loads_watch_refreshes_until_ctrl_c(tmp_path: Path, sigint: signal.Handlers) -> None:
+    """`loads --watch --output json` prints the full view first, then exits 0 on SIGINT, even when
+    started with SIGINT ignored (`cmd &`): the CLI restores the default itself."""
     async with running_control_plane(tmp_path) as plane:
         cp = ("--control-plane", str(plane.grpc_address))
         await add_worker(cp, "tcp://127.0.0.1:9")
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "controlplane.cli.main", "loads", "--watch", "--output", "json", *cp,
             cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+            preexec_fn=_inherit(sigint),
         )  # fmt: skip
         try:
             assert proc.stdout is not None
