@@ -173,6 +173,14 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
                 log.error("router_stats_write_failed", error=str(exc))
             self._failing = True
             return
+        except BaseException:
+            # Cancelled (a stop, or the report stream whose end flushes went away): the write may
+            # not have happened (a call still queued for the database thread is dropped), so what
+            # was taken is dirty again and the last flush of ``run_flusher`` writes it. Written
+            # twice it is the same maximum: nothing double counted.
+            self._board.restore_dirty(records)
+            self._ledger.restore_dirty(rows)
+            raise
         if self._failing:
             log.info("router_stats_write_recovered")
         self._failing = False

@@ -22,6 +22,7 @@ class RouterPlane:
     target: str
     stub: router_pb2_grpc.RouterServiceStub
     stop: Callable[[], Awaitable[None]]
+    database: SqliteDatabase
 
 
 async def start_router_plane(db: Path, revision: list[int], flush_interval_s: float = 0.05) -> RouterPlane:
@@ -54,4 +55,4 @@ async def start_router_plane(db: Path, revision: list[int], flush_interval_s: fl
         await store.close()
         await database.close()
 
-    return RouterPlane(f"127.0.0.1:{port}", router_pb2_grpc.RouterServiceStub(channel), stop)
+    return RouterPlane(f"127.0.0.1:{port}", router_pb2_grpc.RouterServiceStub(channel), stop, database)

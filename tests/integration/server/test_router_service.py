@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 import grpc
@@ -85,6 +87,28 @@ async def test_stats_survive_a_control_plane_restart_without_double_counting(pla
     await eventually(six)
     await call.done_writing()
     await call
+
+
+async def test_counts_whose_write_waits_for_the_database_when_the_service_stops_are_kept(
+    plane_factory: Factory,
+) -> None:
+    """A stop while a flush's write still waits for the database thread (busy with another call)
+    loses no count: the next start has them."""
+    plane = await plane_factory([1])
+    busy = asyncio.ensure_future(plane.database.read(lambda _: time.sleep(0.5)))
+    call = plane.stub.ReportRouterStatus()
+    await call.write(_report("b1", 1, 5))
+
+    async def five() -> bool:
+        return await _total(plane) == 5
+
+    await eventually(five)
+    await asyncio.sleep(0.1)  # the flusher has taken the count and queued its write behind ``busy``
+    call.cancel()
+    await plane.stop()
+    await busy
+    plane = await plane_factory([1])
+    assert await _total(plane) == 5
 
 
 async def test_invalid_report_is_refused_naming_the_field(plane_factory: Factory) -> None:
