@@ -48,8 +48,16 @@ def test_sigterm_exits_zero_and_a_restart_keeps_contracts_and_revision(tmp_path:
 
 
 def _startup_error(*flags: str) -> tuple[int, str]:
+    # Never a default port (50051, 9464): a control plane or `fleetplane up` running on this
+    # machine holds them, and "--listen ...: cannot bind" would come before the error under test.
+    defaults = [
+        a
+        for pair in (("--listen", "127.0.0.1:0"), ("--http-listen", "off"))
+        if pair[0] not in flags
+        for a in pair
+    ]
     proc = subprocess.run(
-        [sys.executable, "-m", "controlplane", *flags],
+        [sys.executable, "-m", "controlplane", *defaults, *flags],
         cwd=ROOT,
         capture_output=True,
         text=True,
