@@ -1,4 +1,4 @@
-"""Contract writes per second on the etcd store at 1, 8 and 16 concurrent writers (issue 13, item 6).
+"""Contract writes per second on the etcd store at 1, 8 and 16 concurrent writers (SPEC §6).
 
 A private single-member etcd (``tests/fakes/etcd.py``: free loopback ports, a temporary data
 dir, the machine's ``etcd`` binary). For each number of writers N, each writer updates its own

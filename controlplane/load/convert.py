@@ -1,7 +1,7 @@
 """Load domain objects -> ``controlplane.v1`` messages (built once per change, shared by watchers).
 
 A value that does not fit its protobuf field (an int64 past its range) must never fail a whole
-``GetLoads`` or ``WatchLoads`` answer, which carries every worker (issue 13): that worker is
+``GetLoads`` or ``WatchLoads`` answer, which carries every worker: that worker is
 sent without the value (``lenient_worker_load``), counted and logged once per episode
 (``ViewErrors``).
 """

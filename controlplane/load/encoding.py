@@ -79,7 +79,7 @@ class WorkerLoadEncoder:
     def encode(self, url: str, ranks: Sequence[RankState], now: float) -> bytes:
         """The serialized ``WorkerLoad`` of ``url``; a value that does not fit is left out, never raised.
 
-        One worker's broken value must not fail the whole message of every worker (issue 13).
+        One worker's broken value must not fail the whole message of every worker.
         """
         try:
             encoded = self._encode(url, ranks, now)

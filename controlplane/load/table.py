@@ -193,7 +193,7 @@ class LoadTable:
                 lost = seq - expected - rank.malformed_run
                 if lost > 0:
                     # Saturating: two jumps to 2**63 - 1 would pass what the int64 field of
-                    # WatchLoads can carry (issue 13), and that rank is broken beyond counting.
+                    # WatchLoads can carry, and that rank is broken beyond counting.
                     rank.dropped_frames = min(COUNTER_MAX, rank.dropped_frames + lost)
                     outcome = FrameOutcome.GAP
             elif seq < expected:

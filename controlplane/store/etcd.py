@@ -59,10 +59,10 @@ from controlplane.store.published import PublishedSnapshots
 log = structlog.get_logger(__name__)
 
 # Writes queued while a transaction is in flight go into the next one together (group commit):
-# the writers of one control plane never contend with each other, and one etcd round trip
-# (one raft commit, one fsync) carries many (issue 13: 16 writers, one revision key). Each write
-# takes two reads (head, rollback target) and two puts, plus the counter: under etcd's default
-# --max-txn-ops (128).
+# the writers of one control plane never contend with each other on the revision key (16 of them
+# lost writes when each compare-and-swapped it alone), and one etcd round trip (one raft commit,
+# one fsync) carries many. Each write takes two reads (head, rollback target) and two puts, plus
+# the counter: under etcd's default --max-txn-ops (128).
 MAX_BATCH_WRITES = 40
 # Record bytes per transaction, under etcd's default --max-request-bytes (1.5 MiB).
 MAX_BATCH_BYTES = 1024 * 1024
@@ -413,7 +413,7 @@ class EtcdStore(PublishedSnapshots):
 
     async def _resync(self) -> int:
         """Read the counter and every head at one etcd revision; returns that revision."""
-        # Paged: the heads of a large store do not fit one gRPC message (issue 13).
+        # Paged: the heads of a large store do not fit one gRPC message.
         (counter, head_kvs), etcd_revision = await self.client.read_all(
             (self._revision_key, b""), (self._heads_prefix, prefix_end(self._heads_prefix))
         )

@@ -33,7 +33,7 @@ BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)
 # etcd's default --max-txn-ops is 128; callers chunk below it.
 MAX_TXN_OPS = 100
 # gRPC's default receive limit is 4 MiB, which one range of contract heads passes at a few
-# hundred scopes with long comments (issue 13). etcd's own client allows 2 GiB; we read every
+# hundred scopes with long comments. etcd's own client allows 2 GiB; we read every
 # prefix in pages (``read_all``) and allow one message this much, far above one page.
 MAX_RECEIVE_MESSAGE_BYTES = 64 * 1024 * 1024
 # Keys per page of ``read_all``. A page of records of the usual few KiB is well under the
