@@ -25,9 +25,11 @@ from dataplane.http.wire import (
     CONTINUE_100,
     HEADERS_TOO_LARGE,
     MALFORMED,
+    NO_VERSION,
     TIMED_OUT,
     TOO_LARGE,
     UPGRADE_WITH_BODY,
+    VERSION_NOT_SUPPORTED,
     Headers,
     classify_preface,
 )
@@ -200,17 +202,27 @@ class Http1Connection(WriteBackpressure):
             self._body.append(body)
 
     def on_message_complete(self) -> None:
-        self._in_message = False
         if self.closing:
+            self._in_message = False
             return
         parser = self._parser
+        keep_alive = parser.should_keep_alive()
+        http10 = False
+        # get_http_version() costs ~1 µs: only ask when another version than 1.1 is possible (no
+        # keep-alive, or an explicit Connection header, which 1.0 needs for keep-alive).
+        if not keep_alive or self._connection_header:
+            version = parser.get_http_version()
+            if version != "1.1":
+                if version != "1.0":
+                    # llhttp takes a request line without version for HTTP/0.9, and parses 2.0.
+                    self._error = NO_VERSION if version == "0.9" else VERSION_NOT_SUPPORTED
+                    raise _Stop
+                http10 = True
+        self._in_message = False
+        keep_alive = keep_alive and not self.ctx.draining
         parts = self._body
         body = b"" if parts is None else parts[0] if len(parts) == 1 else b"".join(parts)
         method = parser.get_method()
-        keep_alive = parser.should_keep_alive() and not self.ctx.draining
-        # get_http_version() costs ~1 µs: only ask when HTTP/1.0 is possible (no keep-alive, or
-        # an explicit Connection header, which 1.0 needs for keep-alive).
-        http10 = (not keep_alive or self._connection_header) and parser.get_http_version() == "1.0"
         resp = H1Responder(self, keep_alive, method == b"HEAD", http10)
         queue = self._queue
         queue.append(resp)

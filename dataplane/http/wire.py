@@ -133,11 +133,21 @@ class RequestTimeout(BadRequest):
     status, default_message = 408, "the request was not received in time"
 
 
+class VersionNotSupported(BadRequest):
+    """An HTTP/1.x-framed request line with another version (RFC 9110 §15.6.6)."""
+
+    status, default_message = 505, "HTTP version not supported (HTTP/2 needs the connection preface)"
+
+
 # The server's own error answers (dataplane.errors renders every one).
 MALFORMED: Final = error_answer(BadRequest("malformed HTTP request"))
 TOO_LARGE: Final = error_answer(PayloadTooLarge())
 HEADERS_TOO_LARGE: Final = error_answer(HeaderFieldsTooLarge())
 TIMED_OUT: Final = error_answer(RequestTimeout())
+# RFC 9112 §3: a request-line needs an HTTP-version; without one (HTTP/0.9) it is invalid,
+# and "recipients of an invalid request-line SHOULD respond with ... 400 (Bad Request)".
+NO_VERSION: Final = error_answer(BadRequest("request line without HTTP version (HTTP/0.9 is not served)"))
+VERSION_NOT_SUPPORTED: Final = error_answer(VersionNotSupported())
 UPGRADE_WITH_BODY: Final = error_answer(
     BadRequest("Upgrade is not supported on a request with a body (for h2c use prior knowledge)")
 )

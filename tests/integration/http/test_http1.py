@@ -174,6 +174,33 @@ async def test_content_length_with_transfer_encoding_is_refused() -> None:
         assert await rd.at_eof()
 
 
+async def test_request_line_without_a_version_is_refused() -> None:
+    """``GET /path`` with no HTTP version (HTTP/0.9) gets 400 and the connection closes (RFC 9112
+    §3: the version is part of the request-line); HTTP/2.0 in a request line gets 505; the
+    handler never runs; HTTP/1.0 is still served."""
+    seen: list[bytes] = []
+
+    async def record(req: Request, resp: Responder) -> None:
+        seen.append(req.path)
+        resp.respond(200, TEXT, b"ok")
+
+    async with serving(record) as server:
+        for line, status in ((b"GET /health\r\n\r\n", 400), (b"GET /health HTTP/2.0\r\n\r\n", 505)):
+            rd, wr = await h1_open(server.port)
+            wr.write(line)
+            answer = await rd.read()
+            assert answer.status == status
+            assert answer.header(b"x-router-error-code") == b"bad_request"
+            assert await rd.at_eof()
+            wr.close()
+        assert seen == []
+        rd, wr = await h1_open(server.port)
+        wr.write(b"GET /ten HTTP/1.0\r\n\r\n")
+        assert (await rd.read()).status == 200
+        assert seen == [b"/ten"]
+        wr.close()
+
+
 async def test_invalid_chunking_is_refused_and_closes() -> None:
     """A malformed chunk size is a 400 and the connection closes."""
     async with serving(echo) as server:
