@@ -4,6 +4,10 @@ Flow control both ways (RFC 9113 §5.2): inbound credit is returned as request d
 into the (``max_body_bytes``-bounded) body buffer; outbound data waits for the peer's window in
 a per-stream buffer (the sending side: ``http2_output``).
 
+Before h2 parses a byte, ``h2_guard.FrameGuard`` reads the frame headers: a frame longer than our
+SETTINGS_MAX_FRAME_SIZE ends the connection with GOAWAY(FRAME_SIZE_ERROR) before its payload is
+buffered, and control-frame or empty-frame floods with GOAWAY(ENHANCE_YOUR_CALM) (issue 13).
+
 A malformed request (RFC 9113 §8.1.1: bad fields, pseudo-headers, a content-length that the DATA
 does not match; see ``h2_fields``) is a stream error: it gets a 400 ``bad_request`` and, if
 the client is still sending, RST_STREAM(PROTOCOL_ERROR); it never reaches the handler, and the
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import cast
 
 from h2.config import H2Configuration
@@ -42,10 +47,13 @@ from dataplane.http.h2_fields import (
     check_trailer_fields,
     request_fields,
 )
+from dataplane.http.h2_guard import FrameGuard
 from dataplane.http.http2_output import Http2Output
 from dataplane.http.http2_responder import H2Responder
 from dataplane.http.request import Request, dispatch
 from dataplane.http.wire import TIMED_OUT, TOO_LARGE
+
+_log = logging.getLogger("dataplane.http")
 
 _RESET_ALLOWANCE = 100  # client resets tolerated before the answered/reset ratio is enforced
 
@@ -83,6 +91,9 @@ class Http2Connection(Http2Output):
         self._peer_goaway = False
         self._stuck_size = 0
         self._client_resets = 0
+        self._data_frames = 0  # DATA frames sent (the WINDOW_UPDATE flood limit is relative to them)
+        self._guard = FrameGuard(ctx.limits, ctx.loop.time, self._data_frames_sent)
+        self._cut = False  # ended for a framing error or a flood: input is ignored
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -116,6 +127,12 @@ class Http2Connection(Http2Output):
             self.shutdown()
 
     def data_received(self, data: bytes) -> None:
+        if self._cut:
+            return
+        code = self._guard.check(data)
+        if code:
+            self._cut_off(code)
+            return
         try:
             events = self.h2.receive_data(data)
         except ProtocolError:
@@ -285,6 +302,19 @@ class Http2Connection(Http2Output):
         (a request it already ended is closed by the 400). Never forwarded (§8.1.1)."""
         answer = error_answer(BadRequest(f"malformed HTTP/2 request: {exc.reason}"))
         self._refuse(resp, answer, ErrorCodes.PROTOCOL_ERROR)
+
+    # -- floods ---------------------------------------------------------------------------------
+
+    def _data_frames_sent(self) -> int:
+        return self._data_frames
+
+    def _cut_off(self, code: int) -> None:
+        """A frame too large, or a flood (``h2_guard``): GOAWAY with ``code``, then close."""
+        self._cut = True
+        _log.info("h2 connection ended: %s", self._guard.reason)
+        with contextlib.suppress(H2Error):
+            self.h2.close_connection(code, last_stream_id=self._last_stream_id)
+        self._close_transport()
 
     # -- Connection (server side) --------------------------------------------------------------
 

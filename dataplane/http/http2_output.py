@@ -37,6 +37,7 @@ class Http2Output(WriteBackpressure):
     _goaway_sent: bool
     _peer_goaway: bool
     _answered: int
+    _data_frames: int
 
     def on_reset(self, sid: int) -> None:
         self._blocked.pop(sid, None)
@@ -73,6 +74,7 @@ class Http2Output(WriteBackpressure):
             n = min(window, max_frame, total - offset)
             last = offset + n == total
             h2.send_data(sid, data if n == total else data[offset : offset + n], end_stream=end and last)
+            self._data_frames += 1
             offset += n
         if offset < total:
             resp._pending = bytearray(memoryview(data)[offset:])
@@ -99,6 +101,7 @@ class Http2Output(WriteBackpressure):
                 chunk = bytes(pending[:n])
                 del pending[:n]  # O(1) at the front of a bytearray
                 h2.send_data(sid, chunk, end_stream=resp._end_pending and not pending)
+                self._data_frames += 1
         except H2Error:
             self.on_reset(sid)
             return

@@ -16,6 +16,8 @@ class ServerLimits:
     forever; ``idle_timeout_s`` bounds a keep-alive connection with no request in progress.
     A request whose handler is running has no server-side deadline: the router enforces
     ``--request-timeout-s`` itself.
+
+    The h2 flood limits are described in ``h2_guard``.
     """
 
     max_body_bytes: int = 32 * MIB
@@ -36,8 +38,23 @@ class ServerLimits:
     # After an error answer (413, 400, …) unread input is drained this long before closing,
     # so the client reads the answer instead of a TCP reset (RFC 9112 §9.6 "lingering close").
     linger_s: float = 2.0
+    # Flood limits (``h2_guard``; Envoy's defaults where Envoy has the limit).
+    h2_max_control_frames: int = 1000
+    h2_control_frames_per_s: float = 100.0
+    h2_max_empty_frames: int = 1
+    h2_max_priority_frames_per_stream: int = 100
+    h2_max_window_updates_per_data_frame: int = 10
 
     def __post_init__(self) -> None:
+        for name in ("h2_max_control_frames", "h2_max_priority_frames_per_stream"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ServerLimits.{name} must be at least 1, got {getattr(self, name)}")
+        if self.h2_max_empty_frames < 0 or self.h2_max_window_updates_per_data_frame < 1:
+            raise ValueError(
+                "ServerLimits: h2_max_empty_frames >= 0, h2_max_window_updates_per_data_frame >= 1"
+            )
+        if not self.h2_control_frames_per_s >= 0:
+            raise ValueError("ServerLimits.h2_control_frames_per_s must be 0 or more")
         for name in ("max_body_bytes", "max_header_bytes", "h1_max_pipelined", "h2_max_concurrent_streams"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ServerLimits.{name} must be at least 1, got {getattr(self, name)}")

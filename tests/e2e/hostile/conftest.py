@@ -1,0 +1,165 @@
+"""Hostile clients against real router processes (issue 13): raw h2 frames, RSS from /proc, and a
+well-behaved client measuring what others get meanwhile."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+import hpack
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
+    range(10)
+)
+END_STREAM, ACK, END_HEADERS = 0x1, 0x1, 0x4
+FRAME_SIZE_ERROR, ENHANCE_YOUR_CALM = 0x6, 0xB
+
+
+def rss_bytes(pid: int) -> int:
+    """The resident set size of process ``pid`` (VmRSS in /proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    """One HTTP/2 frame (RFC 9113 §4.1), the length taken from ``payload``."""
+    return struct.pack(">I", len(payload))[1:] + bytes((kind, flags)) + struct.pack(">I", stream) + payload
+
+
+def frame_header(kind: int, flags: int, stream: int, length: int) -> bytes:
+    """A frame header announcing ``length`` bytes whatever follows."""
+    return struct.pack(">I", length)[1:] + bytes((kind, flags)) + struct.pack(">I", stream)
+
+
+def request_headers(path: str = "/health", method: str = "GET", **extra: str) -> bytes:
+    """An HPACK block of a request to the router."""
+    fields = [(":method", method), (":path", path), (":scheme", "http"), (":authority", "router")]
+    return hpack.Encoder().encode(fields + list(extra.items()))
+
+
+@dataclass
+class RawH2:
+    """A prior-knowledge h2 connection that sends whatever bytes it is told to and records every
+    frame the server sends back (a reader thread)."""
+
+    port: int
+    sock: socket.socket = field(init=False)
+    frames: list[tuple[int, int, int, bytes]] = field(default_factory=list)  # kind, flags, stream, payload
+    closed: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", self.port))
+        self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0))
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        buf = b""
+        try:
+            while True:
+                data = self.sock.recv(1 << 20)
+                if not data:
+                    break
+                buf += data
+                while len(buf) >= 9:
+                    length = int.from_bytes(buf[:3], "big")
+                    if len(buf) < 9 + length:
+                        break
+                    kind, flags = buf[3], buf[4]
+                    stream = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
+                    with self._lock:
+                        self.frames.append((kind, flags, stream, buf[9 : 9 + length]))
+                    if kind == SETTINGS and not flags & ACK:
+                        self.send(frame(SETTINGS, ACK, 0))
+                    buf = buf[9 + length :]
+        except OSError:
+            pass
+        finally:
+            self.closed.set()
+
+    def send(self, data: bytes) -> bool:
+        """Write ``data``; False once the server has closed (or reset) the connection."""
+        try:
+            self.sock.sendall(data)
+        except OSError:
+            return False
+        return True
+
+    def count(self, kind: int, flags: int | None = None) -> int:
+        with self._lock:
+            return sum(1 for k, f, _, _ in self.frames if k == kind and (flags is None or f & flags == flags))
+
+    def goaway_code(self) -> int | None:
+        """The error code of the server's GOAWAY, if it sent one."""
+        with self._lock:
+            for kind, _, _, payload in self.frames:
+                if kind == GOAWAY:
+                    return int.from_bytes(payload[4:8], "big")
+        return None
+
+    def flood(self, one: bytes, total: int, batch: int = 1000) -> int:
+        """Send ``one`` ``total`` times in batches until the server closes; how many were sent."""
+        chunk = one * batch
+        sent = 0
+        while sent < total and not self.closed.is_set():
+            if not self.send(chunk):
+                break
+            sent += batch
+        return sent
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@dataclass
+class Bystander:
+    """A well-behaved client on its own connections: ``GET /health`` in a loop on a thread,
+    recording every status and latency until stopped."""
+
+    port: int
+    path: str = "/health"
+    body: bytes | None = None  # POSTed as JSON when given
+    statuses: list[int] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> Bystander:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def _run(self) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                if self.body is None:
+                    conn.request("GET", self.path)
+                else:
+                    conn.request("POST", self.path, self.body, {"content-type": "application/json"})
+                resp = conn.getresponse()
+                resp.read()
+                self.statuses.append(resp.status)
+                self.latencies.append(time.monotonic() - started)
+            except (OSError, http.client.HTTPException) as exc:
+                self.errors.append(repr(exc))
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
+            time.sleep(0.02)
+        conn.close()
+
