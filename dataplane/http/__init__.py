@@ -50,6 +50,17 @@ refused at once, chunked/h2 data as soon as it passes the limit), ``max_header_b
 connection aborted, h2 stream reset, ``ClientDisconnected``), pipelining depth, h2 windows
 (16 MiB stream and connection windows by default), h2 max concurrent streams.
 
+Memory and floods (issue 13): ``max_buffered_body_bytes`` bounds the request body bytes the
+server holds across all connections (bodies still arriving, and those of requests not yet
+answered); past it the largest bodies still arriving anywhere are refused 429
+``service_overloaded`` (HTTP/1.1: and the connection closes; h2: the stream is reset), so a
+client trickling huge bodies loses before one sending a small request. ``max_connection_body_bytes``
+bounds the bodies in transit on one h2 connection (windows advertised no larger). On h2 every frame
+header is read before h2 parses it: a frame over our SETTINGS_MAX_FRAME_SIZE is a GOAWAY
+(FRAME_SIZE_ERROR) at its header, and control-frame, empty-frame, PRIORITY and WINDOW_UPDATE floods
+a GOAWAY(ENHANCE_YOUR_CALM) (``h2_guard``). A request line without an HTTP version (HTTP/0.9) is
+a 400, one with HTTP/2.0 a 505.
+
 A client that closes its side of the connection (EOF) counts as gone. After a client's
 graceful GOAWAY its open h2 streams are still answered, then the connection closes; any other
 GOAWAY ends the connection at once.

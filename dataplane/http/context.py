@@ -25,6 +25,12 @@ class Connection(Protocol):
     def kill(self) -> None:
         """Close at once, whatever is in flight."""
 
+    def largest_body(self) -> int:
+        """Bytes of the largest request body still arriving on this connection (0: none)."""
+
+    def shed_body(self) -> None:
+        """Refuse that request (429 ``service_overloaded``) and drop its bytes."""
+
 
 @dataclass(slots=True, eq=False)
 class ServerContext:
@@ -37,6 +43,34 @@ class ServerContext:
     # Told (request target, status) of every answer the server gives on its own (413, 400, 408,
     # 431): such requests never reach the handler, which would otherwise not count them.
     on_refusal: Callable[[bytes, int], None] | None = None
+    # Request body bytes held by every connection: bodies still arriving, and the bodies of
+    # requests not yet answered (bounded by ``limits.max_buffered_body_bytes``, issue 13 item 2).
+    body_held: int = 0
+
+    def make_room(self, need: int, own: int) -> bool:
+        """Room for ``need`` more body bytes of a request that has ``own`` already; False when
+        that request must be refused.
+
+        As Envoy's overload manager resets the streams holding the most memory, the largest
+        bodies still arriving (on any connection) are refused while they are larger than the
+        asking one: a client trickling huge bodies loses before one sending a small request.
+        Only on overload (a scan of the connections).
+        """
+        limit = self.limits.max_buffered_body_bytes
+        while self.body_held + need > limit:
+            victim: Connection | None = None
+            largest = own + need
+            for conn in self.connections:
+                size = conn.largest_body()
+                if size > largest:
+                    victim, largest = conn, size
+            if victim is None:
+                return False
+            held = self.body_held
+            victim.shed_body()
+            if self.body_held >= held:  # never loop on a connection that freed nothing
+                return False
+        return True
 
     def remove(self, conn: Connection) -> None:
         """A connection is gone; wake ``drain`` when it was the last one."""

@@ -22,6 +22,7 @@ from dataplane.http.http1_responder import DONE, H1Responder
 from dataplane.http.http2 import Http2Connection
 from dataplane.http.request import Request, dispatch
 from dataplane.http.wire import (
+    BUFFER_FULL,
     CONTINUE_100,
     HEADERS_TOO_LARGE,
     MALFORMED,
@@ -53,6 +54,11 @@ class Http1Connection(WriteBackpressure):
         self.limits = ctx.limits
         self._max_body = ctx.limits.max_body_bytes
         self._max_header = ctx.limits.max_header_bytes
+        self._max_held = ctx.limits.max_buffered_body_bytes
+        # A body is counted in ctx.body_held once it passes this: a smaller one costs no more
+        # than the request head the server holds uncounted anyway (max_header_bytes), and the
+        # per-request path then pays a single comparison for it.
+        self._uncounted_body = min(self._max_body, ctx.limits.max_header_bytes)
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
         self._detecting = True
@@ -69,6 +75,10 @@ class Http1Connection(WriteBackpressure):
         self._header_bytes = 0
         self._body: list[bytes] | None = None
         self._body_bytes = 0
+        self._counted = 0  # bytes of the body being read counted in ctx.body_held
+        # Counted body bytes of requests read and not yet answered (given back when no answer
+        # is outstanding).
+        self._held = 0
         self._expect_continue = False
         self._connection_header = False
         self._error: ErrorAnswer | None = None
@@ -128,6 +138,9 @@ class Http1Connection(WriteBackpressure):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self.ctx.remove(self)
+        self._drop_body()
+        self.ctx.body_held -= self._held
+        self._held = 0
         queue, self._queue = self._queue, deque()
         for resp in queue:
             resp._mark_disconnected()
@@ -190,10 +203,8 @@ class Http1Connection(WriteBackpressure):
 
     def on_body(self, body: bytes) -> None:
         size = self._body_bytes + len(body)
-        if size > self._max_body:
-            # Chunked bodies are counted as they arrive: refuse at the first excess byte.
-            self._error = TOO_LARGE
-            raise _Stop
+        if size > self._uncounted_body:
+            self._count_body(size)
         self._body_bytes = size
         self._expect_continue = False
         if self._body is None:
@@ -201,8 +212,23 @@ class Http1Connection(WriteBackpressure):
         else:
             self._body.append(body)
 
+    def _count_body(self, size: int) -> None:
+        """The body being read has grown to ``size``: count it, or raise _Stop past a limit."""
+        if size > self._max_body:
+            # Chunked bodies are counted as they arrive: refuse at the first excess byte.
+            self._error = TOO_LARGE
+            raise _Stop
+        ctx = self.ctx
+        more = size - self._counted
+        if ctx.body_held + more > self._max_held and not ctx.make_room(more, self._counted):
+            self._error = BUFFER_FULL
+            raise _Stop
+        ctx.body_held += more
+        self._counted = size
+
     def on_message_complete(self) -> None:
         if self.closing:
+            self._drop_body()
             self._in_message = False
             return
         parser = self._parser
@@ -224,6 +250,9 @@ class Http1Connection(WriteBackpressure):
         body = b"" if parts is None else parts[0] if len(parts) == 1 else b"".join(parts)
         method = parser.get_method()
         resp = H1Responder(self, keep_alive, method == b"HEAD", http10)
+        if self._counted:
+            self._held += self._counted
+            self._counted = 0
         queue = self._queue
         queue.append(resp)
         self._deadline = 0.0
@@ -278,6 +307,7 @@ class Http1Connection(WriteBackpressure):
         """Answer a broken request after the outstanding answers, then close (lingering)."""
         if self.ctx.on_refusal is not None:
             self.ctx.on_refusal(self._url if self._in_message else b"", answer[0])
+        self._drop_body()
         self.closing = True
         self._discarding = True
         self._in_message = False
@@ -331,7 +361,10 @@ class Http1Connection(WriteBackpressure):
             if head._state != DONE:
                 head._wake_head()
                 return
-        # Nothing outstanding.
+        # Nothing outstanding: the bodies of the answered requests are no longer held.
+        if self._held:
+            self.ctx.body_held -= self._held
+            self._held = 0
         if self.closing or (self.ctx.draining and not self._in_message):
             self._close(False)
             return
@@ -349,6 +382,21 @@ class Http1Connection(WriteBackpressure):
         queue, self._queue = self._queue, deque()
         for resp in queue:
             resp._mark_disconnected()
+
+    # -- request body memory (ServerContext.body_held) -------------------------------------------
+    def _drop_body(self) -> None:
+        """The body being read is dropped (refused, timed out, connection lost)."""
+        self.ctx.body_held -= self._counted
+        self._counted = 0
+        self._body = None
+        self._body_bytes = 0
+
+    def largest_body(self) -> int:
+        return self._counted
+
+    def shed_body(self) -> None:
+        if self._counted:
+            self._fail(BUFFER_FULL)
 
     def _close(self, linger: bool) -> None:
         # Nothing is dispatched or answered after the last answer (it may be a handler's own

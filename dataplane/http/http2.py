@@ -8,6 +8,11 @@ Before h2 parses a byte, ``h2_guard.FrameGuard`` reads the frame headers: a fram
 SETTINGS_MAX_FRAME_SIZE ends the connection with GOAWAY(FRAME_SIZE_ERROR) before its payload is
 buffered, and control-frame or empty-frame floods with GOAWAY(ENHANCE_YOUR_CALM) (issue 13).
 
+Request body memory (issue 13 item 2): bodies still arriving on the connection are bounded by
+``max_connection_body_bytes`` (the windows we advertise are capped at it; a stream passing it is
+refused 429 and reset), and every body the server holds by ``max_buffered_body_bytes``
+(``ServerContext.make_room``: the largest bodies still arriving anywhere are refused first).
+
 A malformed request (RFC 9113 §8.1.1: bad fields, pseudo-headers, a content-length that the DATA
 does not match; see ``h2_fields``) is a stream error: it gets a 400 ``bad_request`` and, if
 the client is still sending, RST_STREAM(PROTOCOL_ERROR); it never reaches the handler, and the
@@ -51,7 +56,7 @@ from dataplane.http.h2_guard import FrameGuard
 from dataplane.http.http2_output import Http2Output
 from dataplane.http.http2_responder import H2Responder
 from dataplane.http.request import Request, dispatch
-from dataplane.http.wire import TIMED_OUT, TOO_LARGE
+from dataplane.http.wire import BUFFER_FULL, CONNECTION_BUFFER_FULL, TIMED_OUT, TOO_LARGE
 
 _log = logging.getLogger("dataplane.http")
 
@@ -91,6 +96,9 @@ class Http2Connection(Http2Output):
         self._peer_goaway = False
         self._stuck_size = 0
         self._client_resets = 0
+        self._max_held = ctx.limits.max_buffered_body_bytes
+        self._max_in_transit = ctx.limits.max_connection_body_bytes
+        self._in_transit = 0  # bytes of bodies still arriving on this connection
         self._data_frames = 0  # DATA frames sent (the WINDOW_UPDATE flood limit is relative to them)
         self._guard = FrameGuard(ctx.limits, ctx.loop.time, self._data_frames_sent)
         self._cut = False  # ended for a framing error or a flood: input is ignored
@@ -104,13 +112,16 @@ class Http2Connection(Http2Output):
         self._ctx.connections.add(self)
         limits = self.limits
         h2 = self.h2
+        window = max(65535, limits.max_connection_body_bytes)
         # Our settings take effect at once (streams are created with these windows); the peer
         # applies them when it reads our SETTINGS.
         h2.local_settings = Settings(
             client=False,
             initial_values={
                 SettingCodes.MAX_CONCURRENT_STREAMS: limits.h2_max_concurrent_streams,
-                SettingCodes.INITIAL_WINDOW_SIZE: limits.h2_initial_window_bytes,
+                # No more credit than the connection may hold of bodies still arriving (RFC
+                # 9113's default window of 65535 at least; past the limit a stream is refused).
+                SettingCodes.INITIAL_WINDOW_SIZE: min(limits.h2_initial_window_bytes, window),
                 SettingCodes.MAX_FRAME_SIZE: limits.h2_max_frame_bytes,
                 SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_bytes,
                 SettingCodes.ENABLE_PUSH: 0,
@@ -119,8 +130,9 @@ class Http2Connection(Http2Output):
         h2.max_inbound_frame_size = limits.h2_max_frame_bytes
         h2.decoder.max_header_list_size = limits.max_header_bytes
         h2.initiate_connection()
-        if limits.h2_connection_window_bytes > 65535:
-            h2.increment_flow_control_window(limits.h2_connection_window_bytes - 65535)
+        window = min(limits.h2_connection_window_bytes, window)
+        if window > 65535:
+            h2.increment_flow_control_window(window - 65535)
         self._flush()
         self._deadline = self.loop.time() + limits.idle_timeout_s
         if self._ctx.draining:  # handed over from HTTP/1.1 detection while the server drains
@@ -170,6 +182,7 @@ class Http2Connection(Http2Output):
         streams, self._streams = self._streams, {}
         self._blocked = {}
         for resp in streams.values():
+            self.release_body(resp)
             resp._mark_disconnected()
         self._wake_writers()
 
@@ -220,13 +233,23 @@ class Http2Connection(Http2Output):
         if resp is None or resp._state or resp._body is None:
             return
         data: bytes = ev.data
-        size = resp._body_bytes + len(data)
+        n = len(data)
+        size = resp._body_bytes + n
         if 0 <= resp._length < size:
             self._malformed(resp, MalformedRequest("more DATA than content-length (RFC 9113 §8.1.1)"))
             return
         if size > self._max_body:
             self._refuse(resp, TOO_LARGE)
             return
+        if self._in_transit + n > self._max_in_transit:
+            self._refuse(resp, CONNECTION_BUFFER_FULL)
+            return
+        ctx = self._ctx
+        if ctx.body_held + n > self._max_held and not ctx.make_room(n, resp._body_bytes):
+            self._refuse(resp, BUFFER_FULL)
+            return
+        ctx.body_held += n
+        self._in_transit += n
         resp._body_bytes = size
         resp._body.append(data)
 
@@ -238,6 +261,7 @@ class Http2Connection(Http2Output):
             self._malformed(resp, MalformedRequest("less DATA than content-length (RFC 9113 §8.1.1)"))
             return
         parts, resp._body = resp._body, None
+        self._in_transit -= resp._body_bytes  # still held (ctx.body_held) until answered
         resp._deadline = 0.0
         body = b"" if not parts else parts[0] if len(parts) == 1 else b"".join(parts)
         request = Request(resp._method, resp._path, resp._headers, body, True)
@@ -290,7 +314,7 @@ class Http2Connection(Http2Output):
         """
         if self._ctx.on_refusal is not None:
             self._ctx.on_refusal(resp._path, answer[0])
-        resp._body = None
+        self.release_body(resp)
         resp._deadline = 0.0
         resp._rst_code = rst_code
         resp.respond(*answer)
@@ -302,6 +326,21 @@ class Http2Connection(Http2Output):
         (a request it already ended is closed by the 400). Never forwarded (§8.1.1)."""
         answer = error_answer(BadRequest(f"malformed HTTP/2 request: {exc.reason}"))
         self._refuse(resp, answer, ErrorCodes.PROTOCOL_ERROR)
+
+    # -- request body memory --------------------------------------------------------------------
+
+    def largest_body(self) -> int:
+        return max((r._body_bytes for r in self._streams.values() if r._body is not None), default=0)
+
+    def shed_body(self) -> None:
+        victim = max(
+            (r for r in self._streams.values() if r._body is not None and r._body_bytes),
+            key=lambda r: r._body_bytes,
+            default=None,
+        )
+        if victim is not None:
+            self._refuse(victim, BUFFER_FULL)
+            self.schedule_flush()
 
     # -- floods ---------------------------------------------------------------------------------
 

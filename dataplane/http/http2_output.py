@@ -38,11 +38,24 @@ class Http2Output(WriteBackpressure):
     _peer_goaway: bool
     _answered: int
     _data_frames: int
+    _in_transit: int
+
+    def release_body(self, resp: H2Responder) -> None:
+        """``resp``'s request body is no longer held: dropped, or its answer is done."""
+        held = resp._body_bytes
+        if held:
+            resp._body_bytes = 0
+            self._ctx.body_held -= held
+            if resp._body is not None:
+                self._in_transit -= held
+        resp._body = None
 
     def on_reset(self, sid: int) -> None:
         self._blocked.pop(sid, None)
         resp = self._streams.pop(sid, None)
         if resp is not None:
+            if resp._body_bytes:
+                self.release_body(resp)
             resp._mark_disconnected()
             self._maybe_idle()
 
@@ -125,6 +138,8 @@ class Http2Output(WriteBackpressure):
             with contextlib.suppress(H2Error):
                 self.h2.reset_stream(resp._sid, resp._rst_code)
         if self._streams.pop(resp._sid, None) is not None:
+            if resp._body_bytes:
+                self.release_body(resp)
             self._answered += 1
             self._maybe_idle()
 

@@ -17,7 +17,14 @@ class ServerLimits:
     A request whose handler is running has no server-side deadline: the router enforces
     ``--request-timeout-s`` itself.
 
-    The h2 flood limits are described in ``h2_guard``.
+    Request body memory (issue 13 item 2): ``max_buffered_body_bytes`` bounds the body bytes the
+    whole server holds (bodies still arriving, and those of requests not yet answered: Envoy's
+    overload manager is the model), ``max_connection_body_bytes`` the bytes of bodies still
+    arriving on one connection (Envoy's ``per_connection_buffer_limit_bytes``; the h2 windows we
+    advertise are capped at it). 0 means: ``max_body_bytes`` for the second, the larger of 256 MiB
+    and the second for the first. HTTP/1.1 counts a body once it passes ``max_header_bytes``: a
+    smaller one costs what a request head does, which is not counted either. The h2 flood limits
+    are described in ``h2_guard``.
     """
 
     max_body_bytes: int = 32 * MIB
@@ -38,6 +45,8 @@ class ServerLimits:
     # After an error answer (413, 400, …) unread input is drained this long before closing,
     # so the client reads the answer instead of a TCP reset (RFC 9112 §9.6 "lingering close").
     linger_s: float = 2.0
+    max_buffered_body_bytes: int = 0
+    max_connection_body_bytes: int = 0
     # Flood limits (``h2_guard``; Envoy's defaults where Envoy has the limit).
     h2_max_control_frames: int = 1000
     h2_control_frames_per_s: float = 100.0
@@ -46,6 +55,18 @@ class ServerLimits:
     h2_max_window_updates_per_data_frame: int = 10
 
     def __post_init__(self) -> None:
+        # Resolved here (the dataclass is frozen): every reader sees the effective limit.
+        if not self.max_connection_body_bytes:
+            object.__setattr__(self, "max_connection_body_bytes", self.max_body_bytes)
+        if not self.max_buffered_body_bytes:
+            object.__setattr__(
+                self, "max_buffered_body_bytes", max(256 * MIB, self.max_connection_body_bytes)
+            )
+        if not self.max_body_bytes <= self.max_connection_body_bytes <= self.max_buffered_body_bytes:
+            raise ValueError(
+                "ServerLimits: need max_body_bytes <= max_connection_body_bytes <= max_buffered_body_bytes, got "
+                f"{self.max_body_bytes}, {self.max_connection_body_bytes}, {self.max_buffered_body_bytes}"
+            )
         for name in ("h2_max_control_frames", "h2_max_priority_frames_per_stream"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ServerLimits.{name} must be at least 1, got {getattr(self, name)}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Final, Literal
 
-from dataplane.errors import BadRequest, PayloadTooLarge, error_answer
+from dataplane.errors import BadRequest, PayloadTooLarge, ServiceOverloaded, error_answer
 
 # RFC 9113 §3.4: a prior-knowledge client opens with this exact 24-byte preface.
 H2_PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -139,6 +139,22 @@ class VersionNotSupported(BadRequest):
     status, default_message = 505, "HTTP version not supported (HTTP/2 needs the connection preface)"
 
 
+class BodyBufferFull(ServiceOverloaded):
+    """The server holds ``max_buffered_body_bytes`` of request bodies (issue 13 item 2).
+
+    SPEC §5's overload answer (429 ``service_overloaded``, "retry later"), so one code keeps one
+    status; the message says which limit.
+    """
+
+    default_message = "the server holds too many request body bytes, retry later"
+
+
+class ConnectionBodyFull(ServiceOverloaded):
+    """Bodies still arriving on one connection passed ``max_connection_body_bytes``."""
+
+    default_message = "too many request body bytes in transit on this connection, send fewer at once"
+
+
 # The server's own error answers (dataplane.errors renders every one).
 MALFORMED: Final = error_answer(BadRequest("malformed HTTP request"))
 TOO_LARGE: Final = error_answer(PayloadTooLarge())
@@ -148,6 +164,8 @@ TIMED_OUT: Final = error_answer(RequestTimeout())
 # and "recipients of an invalid request-line SHOULD respond with ... 400 (Bad Request)".
 NO_VERSION: Final = error_answer(BadRequest("request line without HTTP version (HTTP/0.9 is not served)"))
 VERSION_NOT_SUPPORTED: Final = error_answer(VersionNotSupported())
+BUFFER_FULL: Final = error_answer(BodyBufferFull())
+CONNECTION_BUFFER_FULL: Final = error_answer(ConnectionBodyFull())
 UPGRADE_WITH_BODY: Final = error_answer(
     BadRequest("Upgrade is not supported on a request with a body (for h2c use prior knowledge)")
 )

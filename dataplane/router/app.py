@@ -86,7 +86,11 @@ class Router:
     async def start(self) -> int:
         """Open the listener; returns the bound port."""
         settings = self.settings
-        limits = ServerLimits(max_body_bytes=settings.max_body_bytes)
+        limits = ServerLimits(
+            max_body_bytes=settings.max_body_bytes,
+            max_buffered_body_bytes=settings.max_buffered_body_bytes,
+            max_connection_body_bytes=settings.max_connection_body_bytes,
+        )
         self.health.start()
         self.late.start()
         try:

@@ -53,6 +53,9 @@ class RouterSettings:
     tls_key: Path | None = None
     health: HealthPolicy = field(default_factory=HealthPolicy)
     routes: RouteTable = field(default_factory=build_route_table)
+    # Issue 13 (hardening): request body memory; 0 = derived (see add_arguments).
+    max_buffered_body_bytes: int = 0
+    max_connection_body_bytes: int = 0
     # Not flags (yet): house defaults.
     retry_attempts: int = 3
     drain_grace_s: float = 30.0
@@ -211,6 +214,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="name reported to the control plane (default HOST-PID; with --processes N: ID/SLOT)",
     )
+    # Issue 13 (hardening). Request body memory, modelled on Envoy's overload manager and its
+    # per_connection_buffer_limit_bytes (dataplane.http.limits).
+    parser.add_argument(
+        "--max-buffered-body-bytes",
+        default=None,
+        type=_whole,
+        metavar="N",
+        help="request body bytes held at once across all connections (bodies still arriving and "
+        "requests not yet answered; past it the largest bodies still arriving are refused 429 "
+        "service_overloaded); default the larger of 256 MiB and --max-connection-body-bytes",
+    )
+    parser.add_argument(
+        "--max-connection-body-bytes",
+        default=None,
+        type=_whole,
+        metavar="N",
+        help="request body bytes one connection may have in transit (h2: all its streams; the "
+        "windows advertised are no larger); default --max-body-bytes",
+    )
 
 
 def build_parser(prog: str = "fleetplane router") -> EnvArgumentParser:
@@ -313,6 +335,17 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
             raise SettingsError(f"{flag} {value}: must be at least 1")
     if args.router_id is not None:
         _check_router_id(args.router_id, args.processes)
+    per_connection = args.max_connection_body_bytes or args.max_body_bytes
+    if per_connection < args.max_body_bytes:
+        raise SettingsError(
+            f"--max-connection-body-bytes {per_connection}: must be at least --max-body-bytes ({args.max_body_bytes})"
+        )
+    buffered = args.max_buffered_body_bytes or max(256 * MIB, per_connection)
+    if buffered < per_connection:
+        raise SettingsError(
+            f"--max-buffered-body-bytes {buffered}: must be at least --max-connection-body-bytes "
+            f"(or --max-body-bytes) ({per_connection})"
+        )
     _positive("--queue-size", args.queue_size, allow_zero=True)
     _positive("--queue-timeout-s", args.queue_timeout_s)
     _positive("--request-timeout-s", args.request_timeout_s)
@@ -345,6 +378,8 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         tls_cert=Path(args.tls_cert) if args.tls_cert else None,
         tls_key=Path(args.tls_key) if args.tls_key else None,
         routes=routes,
+        max_buffered_body_bytes=buffered,
+        max_connection_body_bytes=per_connection,
         health=HealthPolicy(
             eject_after_failures=args.eject_after_failures,
             probe_interval_s=args.health_probe_interval_s,

@@ -10,6 +10,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import h2.config
+import h2.connection
+import h2.events
 import hpack
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -163,3 +166,75 @@ class Bystander:
             time.sleep(0.02)
         conn.close()
 
+
+class H2Uploader:
+    """An h2 client (python-h2) that opens streams and sends body bytes within the server's
+    windows, never ending them: bodies that stay in transit."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.initiate_connection()
+        self.sock.sendall(self.conn.data_to_send())
+        self.answers: dict[int, int] = {}  # stream -> status the server answered
+        self.closed = False
+
+    def open(self, path: str = "/v1/chat/completions") -> int:
+        sid: int = self.conn.get_next_available_stream_id()
+        fields = [(":method", "POST"), (":path", path), (":scheme", "http"), (":authority", "router")]
+        self.conn.send_headers(sid, [*fields, ("content-type", "application/json")])
+        self._flush()
+        return sid
+
+    def send(self, sid: int, nbytes: int) -> int:
+        """Send up to ``nbytes`` of body on ``sid`` (waiting for credit); how many went out."""
+        sent = 0
+        while sent < nbytes and not self.closed and sid not in self.answers:
+            window = min(self.conn.local_flow_control_window(sid), self.conn.max_outbound_frame_size)
+            if window <= 0:
+                self._read(1.0)
+                continue
+            n = min(window, nbytes - sent)
+            self.conn.send_data(sid, b"x" * n)
+            self._flush()
+            sent += n
+        return sent
+
+    def _flush(self) -> None:
+        data = self.conn.data_to_send()
+        if data:
+            try:
+                self.sock.sendall(data)
+            except OSError:
+                self.closed = True
+
+    def _read(self, timeout_s: float) -> None:
+        self.sock.settimeout(timeout_s)
+        try:
+            data = self.sock.recv(1 << 20)
+        except (TimeoutError, BlockingIOError):
+            return
+        except OSError:
+            data = b""
+        finally:
+            self.sock.settimeout(None)  # sendall blocks again
+        if not data:
+            self.closed = True
+            return
+        try:
+            events = self.conn.receive_data(data)
+        except h2.exceptions.ProtocolError:
+            self.closed = True
+            return
+        for ev in events:
+            if isinstance(ev, h2.events.ResponseReceived):
+                self.answers[ev.stream_id] = int(dict(ev.headers)[b":status"])
+        self._flush()
+
+    def drain(self, timeout_s: float = 0.05) -> None:
+        """Read whatever the server sent (answers, credit)."""
+        if not self.closed:
+            self._read(timeout_s)
+
+    def close(self) -> None:
+        self.sock.close()
