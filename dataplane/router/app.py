@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import os
 import signal
@@ -26,7 +27,7 @@ from dataplane.router.control.convert import ControlConfigError
 from dataplane.router.fleet.discovery import DiscoveryError
 from dataplane.router.fleet.health import WorkerHealth
 from dataplane.router.fleet.late_workers import LateDiscovery, discover_fleet
-from dataplane.router.fleet.workers import Worker, WorkerUrlError
+from dataplane.router.fleet.workers import Worker, WorkerUrlError, make_pool
 from dataplane.router.metrics import RouterMetrics
 from dataplane.router.path.forwarder import ProxyConfig
 from dataplane.router.path.proxy import Proxy
@@ -47,6 +48,8 @@ class Router:
     def __init__(self, settings: RouterSettings, state: RouterState | None = None) -> None:
         self.settings = settings
         self.state = state if state is not None else RouterState.standalone(settings.contract)
+        # Every worker's pool enforces the first-byte and idle timeouts (issue 13 item 4).
+        self.state.pool_factory = functools.partial(make_pool, timeouts=settings.upstream)
         self.admission = Admission(settings.max_concurrency, settings.queue_size, settings.queue_timeout_s)
         self.balancer: Balancer[Worker] = Balancer(settings.policy, Worker.load)
         self.metrics = RouterMetrics(self.state, self.admission)

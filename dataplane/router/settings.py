@@ -26,6 +26,7 @@ from dataplane.router.contract.dialects import DIALECTS
 from dataplane.router.contract.routes import RouteTable, build_route_table
 from dataplane.router.fleet.health import HealthPolicy
 from dataplane.router.fleet.workers import WorkerAddress, WorkerUrlError
+from dataplane.router.upstream.base import UpstreamTimeouts
 
 MIB = 1024 * 1024
 # The longest router id the control plane accepts in a status report (SPEC §6).
@@ -56,6 +57,7 @@ class RouterSettings:
     # Issue 13 (hardening): request body memory; 0 = derived (see add_arguments).
     max_buffered_body_bytes: int = 0
     max_connection_body_bytes: int = 0
+    upstream: UpstreamTimeouts = field(default_factory=UpstreamTimeouts)
     # Not flags (yet): house defaults.
     retry_attempts: int = 3
     drain_grace_s: float = 30.0
@@ -233,6 +235,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="request body bytes one connection may have in transit (h2: all its streams; the "
         "windows advertised are no larger); default --max-body-bytes",
     )
+    # A hung worker (SIGSTOP, deadlock) must not hold requests for --request-timeout-s.
+    upstream = UpstreamTimeouts()
+    parser.add_argument(
+        "--upstream-ttfb-timeout-s",
+        default=upstream.first_byte_s,
+        type=_seconds,
+        metavar="S",
+        help="longest wait for a worker's response head (a non-streaming answer's head comes with "
+        "the whole answer); 504 upstream_timeout, counted as a worker failure",
+    )
+    parser.add_argument(
+        "--upstream-idle-timeout-s",
+        default=upstream.idle_s,
+        type=_seconds,
+        metavar="S",
+        help="longest silence of a worker while its answer is relayed (an SSE stream ends with an "
+        "error event); counted as a worker failure",
+    )
+    parser.add_argument(
+        "--health-check-interval-s",
+        default=defaults.check_interval_s,
+        type=_seconds,
+        metavar="S",
+        help="GET /health of every worker in rotation every S; --eject-after-failures failed checks "
+        "in a row eject it and time out its stalled requests (0: off)",
+    )
 
 
 def build_parser(prog: str = "fleetplane router") -> EnvArgumentParser:
@@ -351,6 +379,9 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
     _positive("--request-timeout-s", args.request_timeout_s)
     _positive("--health-probe-interval-s", args.health_probe_interval_s)
     _positive("--health-probe-timeout-s", args.health_probe_timeout_s)
+    _positive("--upstream-ttfb-timeout-s", args.upstream_ttfb_timeout_s)
+    _positive("--upstream-idle-timeout-s", args.upstream_idle_timeout_s)
+    _positive("--health-check-interval-s", args.health_check_interval_s, allow_zero=True)
     probe_max_s = args.health_probe_max_interval_s
     if probe_max_s is None:
         probe_max_s = max(HealthPolicy().probe_interval_max_s, args.health_probe_interval_s)
@@ -380,7 +411,11 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         routes=routes,
         max_buffered_body_bytes=buffered,
         max_connection_body_bytes=per_connection,
+        upstream=UpstreamTimeouts(
+            first_byte_s=args.upstream_ttfb_timeout_s, idle_s=args.upstream_idle_timeout_s
+        ),
         health=HealthPolicy(
+            check_interval_s=args.health_check_interval_s,
             eject_after_failures=args.eject_after_failures,
             probe_interval_s=args.health_probe_interval_s,
             probe_interval_max_s=probe_max_s,

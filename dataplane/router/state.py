@@ -98,6 +98,8 @@ class RouterState:
         self.rejection_listener: Callable[[Mapping[tuple[str, str], int]], None] | None = None
         self._listeners: list[Callable[[], None]] = []
         self._closers: set[asyncio.Task[None]] = set()
+        # How a new worker's upstream pool is made (the router sets its upstream timeouts here).
+        self.pool_factory: Callable[[WorkerSpec], UpstreamPool] = make_pool
 
     @classmethod
     def standalone(cls, contract: SamplingContract | None) -> RouterState:
@@ -117,14 +119,14 @@ class RouterState:
     def apply_workers(
         self,
         specs: Sequence[WorkerSpecLike],
-        pool_factory: Callable[[WorkerSpec], UpstreamPool] = make_pool,
+        pool_factory: Callable[[WorkerSpec], UpstreamPool] | None = None,
     ) -> None:
         """Install a complete worker list (kept workers untouched).
 
         The pools of workers that left are closed in the background once their in-flight
         answers are done; call from the event loop.
         """
-        self.workers, removed = reconcile(self.workers, specs, pool_factory)
+        self.workers, removed = reconcile(self.workers, specs, pool_factory or self.pool_factory)
         for worker in removed:
             task = asyncio.get_running_loop().create_task(_close_when_idle(worker))
             self._closers.add(task)

@@ -6,10 +6,17 @@
   per worker (unreachable, dropped mid-answer, timed out; never a 4xx or any answer the worker
   gave), ejects at ``eject_after_failures``, schedules probes for ejected workers with jittered,
   growing intervals (many routers must not probe in lock-step), and restores a worker on the first
-  successful probe.
-* ``HealthProber`` (adapter): a background task that, for every ejected worker whose probe is
-  due, sends ``GET /health`` through that worker's own upstream pool (so over its protocol:
-  h2c or HTTP/1.1) and feeds the outcome back.
+  successful probe. It also schedules the active checks of workers in rotation (issue 13 item 4:
+  a worker that hangs, e.g. SIGSTOPped, fails no request quickly, so passive ejection alone never
+  sees it): every ``check_interval_s`` (jittered), ``eject_after_failures`` failed checks in a row
+  eject it. Their failures are counted apart from the requests', so a worker that answers
+  ``/health`` but drops requests is still ejected passively.
+* ``HealthProber`` (adapter): a background task that sends ``GET /health`` through a worker's own
+  upstream pool (so over its protocol: h2c or HTTP/1.1) for every check or probe that is due, each
+  probe on its own task (a hung worker's probe delays nobody else's), and feeds the outcome back.
+  A worker ejected by its checks has its stalled exchanges (nothing heard from it since its first
+  failed check) timed out at once (``UpstreamPool.fail_stalled``): they would otherwise wait for
+  ``--upstream-ttfb-timeout-s``; exchanges still receiving bytes go on.
 
 The request path only reads ``worker.healthy`` and reports outcomes through ``worker.record_*``;
 with no healthy worker left for a model it answers ``no_healthy_workers`` (SPEC §5).
@@ -19,11 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -35,13 +43,15 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class HealthPolicy:
-    """Ejection and probing knobs (defaults: eject after 3 failures, probe every ~1 s, up to 10 s)."""
+    """Ejection and probing knobs (defaults: eject after 3 failures, probe every ~1 s, up to 10 s;
+    check workers in rotation every ~2 s, so a hung one is ejected in about 6 to 8 s)."""
 
     eject_after_failures: int = 3
     probe_interval_s: float = 1.0
     probe_interval_max_s: float = 10.0
     probe_jitter: float = 0.2  # each interval is scaled by a factor in [1 - j, 1 + j]
     probe_timeout_s: float = 2.0
+    check_interval_s: float = 2.0  # 0: no active checks of workers in rotation
 
 
 @dataclass(slots=True)
@@ -50,6 +60,9 @@ class _State:
     ejected: bool = False
     probe_failures: int = 0
     next_probe_at: float = 0.0
+    check_failures: int = 0  # failed checks in a row while in rotation
+    next_check_at: float = 0.0
+    stalled_since: float = 0.0  # when the first of those failed checks was sent (caller's clock)
 
 
 @dataclass
@@ -98,8 +111,67 @@ class HealthTracker:
 
     def next_due_in(self) -> float | None:
         """Seconds until the next probe is due (0 if overdue), None if nothing is ejected."""
-        times = [s.next_probe_at for s in self._states.values() if s.ejected]
+        # A probe in flight (``take_due``) is due at infinity until its outcome is recorded.
+        times = [s.next_probe_at for s in self._states.values() if s.ejected and s.next_probe_at < math.inf]
         return None if not times else max(0.0, min(times) - self.clock())
+
+    def checks_due(self, workers: Iterable[str]) -> list[str]:
+        """Workers in rotation among ``workers`` whose next active check is due now."""
+        if not self.policy.check_interval_s:
+            return []
+        now = self.clock()
+        due = []
+        for worker in workers:
+            state = self._states.get(worker)
+            if state is None:
+                # First seen: its first check after a jittered fraction of the interval, so a
+                # fleet of routers started together does not check in step.
+                state = self._states[worker] = _State()
+                state.next_check_at = now + self.rng.random() * self.policy.check_interval_s
+            if not state.ejected and state.next_check_at <= now:
+                due.append(worker)
+        return due
+
+    def next_check_in(self) -> float | None:
+        """Seconds until the next active check of a worker in rotation (0 if overdue)."""
+        if not self.policy.check_interval_s:
+            return None
+        times = [
+            s.next_check_at for s in self._states.values() if not s.ejected and s.next_check_at < math.inf
+        ]
+        return None if not times else max(0.0, min(times) - self.clock())
+
+    def record_check(self, worker: str, ok: bool, sent_at: float) -> bool:
+        """An active check's outcome (``sent_at``: when it was sent); True when this failure
+        ejects the worker."""
+        state = self._states.setdefault(worker, _State())
+        p = self.policy
+        # Scheduled from when it was sent: after a check that timed out (it took longer than
+        # the interval) the next one goes at once, so a hung worker is out in about N timeouts.
+        state.next_check_at = sent_at + p.check_interval_s * (
+            1.0 + p.probe_jitter * (2.0 * self.rng.random() - 1.0)
+        )
+        if state.ejected:  # ejected meanwhile (passively): probes bring it back
+            return False
+        if ok:
+            state.check_failures = 0
+            return False
+        if not state.check_failures:
+            state.stalled_since = sent_at
+        state.check_failures += 1
+        if state.check_failures < p.eject_after_failures:
+            return False
+        state.check_failures = 0
+        state.ejected = True
+        state.probe_failures = 0
+        state.next_probe_at = self.clock() + self._interval(0)
+        self._changed(worker, False)
+        return True
+
+    def stalled_since(self, worker: str) -> float:
+        """When the first of the failed checks that ejected ``worker`` was sent."""
+        state = self._states.get(worker)
+        return 0.0 if state is None else state.stalled_since
 
     def record_probe(self, worker: str, ok: bool) -> bool:
         """A probe's outcome; True when it restores the worker."""
@@ -118,6 +190,25 @@ class HealthTracker:
     def forget(self, worker: str) -> None:
         """The worker left the set."""
         self._states.pop(worker, None)
+
+    def known(self) -> list[str]:
+        """Every worker with a state (failures, an ejection or a check schedule)."""
+        return list(self._states)
+
+    def take_due(self) -> list[str]:
+        """``due()`` for a prober that probes each on its own task: the workers returned are not
+        due again until their outcome is recorded (``record_probe``)."""
+        due = self.due()
+        for worker in due:
+            self._states[worker].next_probe_at = math.inf
+        return due
+
+    def take_checks_due(self, workers: Iterable[str]) -> list[str]:
+        """``checks_due`` likewise: not due again until ``record_check``."""
+        due = self.checks_due(workers)
+        for worker in due:
+            self._states[worker].next_check_at = math.inf
+        return due
 
     def _interval(self, attempt: int) -> float:
         p = self.policy
@@ -152,12 +243,13 @@ async def probe_health(pool: UpstreamPool, timeout_s: float) -> bool:
 
 
 class HealthProber:
-    """Background task probing ejected workers back (owned by the router app, cancelled on stop)."""
+    """Background task probing ejected workers back and checking those in rotation (owned by the
+    router app, cancelled on stop)."""
 
     def __init__(
         self,
         tracker: HealthTracker,
-        targets: Callable[[], Iterable[ProbeTarget]],
+        targets: Callable[[], Iterable[HealthSubject]],
         *,
         idle_wait_s: float = 0.5,
     ) -> None:
@@ -166,6 +258,7 @@ class HealthProber:
         self._idle_wait_s = idle_wait_s
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._probes: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         if self._task is None:
@@ -177,25 +270,56 @@ class HealthProber:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        probes, self._probes = self._probes, set()
+        for running in (task, *probes):
+            if running is not None:
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
 
     async def _run(self) -> None:
+        tracker = self._tracker
         while True:
-            wait = self._tracker.next_due_in()
+            targets = {t.url: t for t in self._targets()}
+            for url in tracker.take_due():
+                if url in targets:
+                    self._spawn(self._probe_back(targets[url]))
+                else:
+                    tracker.forget(url)
+            in_rotation = [t.url for t in targets.values() if t.healthy and t.models]
+            for url in tracker.take_checks_due(in_rotation):
+                self._spawn(self._check(targets[url]))
+            # Woken early by an ejection (poke) and by every probe or check that completes.
+            waits = [w for w in (tracker.next_due_in(), tracker.next_check_in()) if w is not None]
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._idle_wait_s if wait is None else wait):
+                async with asyncio.timeout(min(waits, default=self._idle_wait_s)):
                     await self._wake.wait()
-            due = set(self._tracker.due())
-            if not due:
-                continue
-            targets = [t for t in self._targets() if t.url in due]
-            results = await asyncio.gather(*(self._probe(t) for t in targets))
-            for target, ok in zip(targets, results, strict=True):
-                self._tracker.record_probe(target.url, ok)
+
+    def _spawn(self, probe: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(probe, name="health-probe")
+        self._probes.add(task)
+        task.add_done_callback(self._probes.discard)
+
+    async def _probe_back(self, target: HealthSubject) -> None:
+        self._tracker.record_probe(target.url, await self._probe(target))
+        self._wake.set()  # its next probe (if any) is scheduled now
+
+    async def _check(self, target: HealthSubject) -> None:
+        tracker = self._tracker
+        sent_at = tracker.clock()
+        ok = await self._probe(target)
+        if tracker.record_check(target.url, ok, sent_at):
+            # Hung (not answering /health for N checks): what it has not sent a byte of since the
+            # first failed check will not come; answer those requests now (504).
+            stalled = target.pool.fail_stalled(tracker.stalled_since(target.url))
+            log.warning(
+                "worker ejected: its /health checks failed",
+                worker=target.url,
+                checks=tracker.policy.eject_after_failures,
+                stalled_requests_timed_out=stalled,
+            )
+        self._wake.set()  # its next check is scheduled now
 
     async def _probe(self, target: ProbeTarget) -> bool:
         try:
@@ -223,7 +347,8 @@ class WorkerHealth:
         self, workers: Callable[[], Iterable[HealthSubject]], policy: HealthPolicy | None = None
     ) -> None:
         self._workers = workers
-        self.tracker = HealthTracker(policy or HealthPolicy(), on_change=self._changed)
+        # On the loop's clock: check times are compared with the upstream pools' (fail_stalled).
+        self.tracker = HealthTracker(policy or HealthPolicy(), clock=_loop_time, on_change=self._changed)
         self.prober = HealthProber(self.tracker, workers)
         self.ejections: dict[str, int] = {}
 
@@ -234,7 +359,7 @@ class WorkerHealth:
             # A worker with no models (a placeholder awaiting discovery) is never in rotation.
             worker.healthy = bool(worker.models) and self.tracker.healthy(worker.url)
             urls.add(worker.url)
-        for url in set(self.tracker.ejected()) - urls:
+        for url in set(self.tracker.known()) - urls:
             self.tracker.forget(url)
 
     def start(self) -> None:
@@ -253,3 +378,11 @@ class WorkerHealth:
             self.ejections[url] = self.ejections.get(url, 0) + 1
             log.warning("worker ejected after consecutive failures", worker=url)
             self.prober.poke()
+
+
+def _loop_time() -> float:
+    """The running loop's clock (the pools' ``loop.time()``), else the monotonic clock."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return time.monotonic()

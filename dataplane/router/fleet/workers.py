@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 from controlplane.workers.url import worker_url
-from dataplane.router.upstream.base import UpstreamPool
+from dataplane.router.upstream.base import UpstreamPool, UpstreamTimeouts
 
 if TYPE_CHECKING:
     from dataplane.router.fleet.health import HealthTracker
@@ -84,16 +84,16 @@ class WorkerSpecLike(Protocol):
     def models(self) -> Sequence[str]: ...
 
 
-def make_pool(spec: WorkerSpec) -> UpstreamPool:
+def make_pool(spec: WorkerSpec, timeouts: UpstreamTimeouts | None = None) -> UpstreamPool:
     """The upstream pool for a worker's protocol: the one place the protocol is chosen."""
     address = WorkerAddress.parse(spec.url)
     if spec.protocol == H2C:
         from dataplane.router.upstream.h2c.pool import H2Pool
 
-        return H2Pool(address.host, address.port)
+        return H2Pool(address.host, address.port, timeouts=timeouts)
     from dataplane.router.upstream.h1.pool import H1Pool
 
-    return H1Pool(address.host, address.port)
+    return H1Pool(address.host, address.port, timeouts=timeouts)
 
 
 class Worker:

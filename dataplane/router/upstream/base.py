@@ -14,6 +14,7 @@ mean the worker may have acted on the request, so it is never retried. Library e
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeout, UpstreamUnreachable
@@ -25,10 +26,30 @@ __all__ = [
     "UpstreamPool",
     "UpstreamResponse",
     "UpstreamTimeout",
+    "UpstreamTimeouts",
     "UpstreamUnreachable",
 ]
 
 Headers = list[tuple[bytes, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamTimeouts:
+    """Deadlines of an exchange besides the whole-exchange ``timeout_s`` (issue 13 item 4), each
+    an ``UpstreamTimeout`` (504, a worker failure for ejection) when it passes.
+
+    ``first_byte_s``: from sending the request to the worker's response head. For a non-streaming
+    completion the head comes with the whole answer, so this also bounds the longest generation
+    answered in one piece: 5 minutes. ``idle_s``: no byte from the worker for that long while its
+    answer is relayed (SSE streams: between tokens, and before the first one after the head);
+    time in which the router itself holds bytes back from a slow client does not count. 2
+    minutes: twice nginx's ``proxy_read_timeout`` default, room for queueing before a first token.
+    A worker that hangs (SIGSTOP, deadlock) is caught sooner by the active ``/health`` checks,
+    which then fail its stalled exchanges (``fail_stalled``).
+    """
+
+    first_byte_s: float = 300.0
+    idle_s: float = 120.0
 
 
 class UpstreamResponse(Protocol):
@@ -104,6 +125,11 @@ class UpstreamPool(Protocol):
         whole exchange, body included. Raises ``UpstreamUnreachable`` (nothing reached the worker:
         safe to retry elsewhere), ``UpstreamTimeout``, ``UpstreamBodyIncomplete``.
         """
+        ...
+
+    def fail_stalled(self, since: float) -> int:
+        """Fail with ``UpstreamTimeout`` every exchange that has had nothing from the worker since
+        ``since`` (loop time) and is not waiting on the router's own client; how many."""
         ...
 
     async def close(self) -> None:

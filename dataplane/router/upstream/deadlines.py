@@ -9,6 +9,7 @@ a new deadline is never the earliest and the common case is a set insert and a s
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Protocol
 
 # uvloop's timers have millisecond resolution: an exchange due within this much is due now.
@@ -56,6 +57,10 @@ class Deadlines:
     def __len__(self) -> int:
         return len(self._timed)
 
+    def __iter__(self) -> Iterator[Timed]:
+        """The watched exchanges (a copy: callers may fail them while iterating)."""
+        return iter(list(self._timed))
+
     def _arm(self, at: float) -> None:
         assert self._loop is not None
         self._at = at
@@ -70,6 +75,10 @@ class Deadlines:
         due = self._loop.time() + _SLACK_S
         for item in [t for t in timed if t.deadline <= due]:
             timed.discard(item)
-            item.on_timeout()
+            item.on_timeout()  # may watch the item again, with a later deadline
         if timed:
-            self._arm(min(t.deadline for t in timed))
+            at = min(t.deadline for t in timed)
+            if self._timer is None or at < self._at:
+                if self._timer is not None:
+                    self._timer.cancel()
+                self._arm(at)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dataplane.router.settings import RouterSettings, SettingsError, build_parser, settings_from_args
+from dataplane.router.upstream.base import UpstreamTimeouts
 
 MIB = 1024 * 1024
 
@@ -23,9 +24,24 @@ def test_body_memory_defaults_follow_max_body_bytes() -> None:
     assert (s.max_connection_body_bytes, s.max_buffered_body_bytes) == (40 * MIB, 64 * MIB)
 
 
+def test_upstream_timeouts_and_health_checks() -> None:
+    """First byte within 300 s, silence at most 120 s, checks every 2 s by default; flags set them,
+    a check interval of 0 turns checks off."""
+    s = _settings()
+    assert s.upstream == UpstreamTimeouts(first_byte_s=300.0, idle_s=120.0)
+    assert s.health.check_interval_s == 2.0
+    s = _settings(
+        "--upstream-ttfb-timeout-s", "5", "--upstream-idle-timeout-s", "7.5", "--health-check-interval-s", "0"
+    )
+    assert (s.upstream.first_byte_s, s.upstream.idle_s, s.health.check_interval_s) == (5.0, 7.5, 0.0)
+
+
 @pytest.mark.parametrize(
     ("argv", "names"),
     [
+        (["--upstream-ttfb-timeout-s", "0"], ["--upstream-ttfb-timeout-s", "0", "more than 0"]),
+        (["--upstream-idle-timeout-s", "-1"], ["--upstream-idle-timeout-s", "-1", "more than 0"]),
+        (["--health-check-interval-s", "-1"], ["--health-check-interval-s", "-1", "0 or more"]),
         (
             ["--max-connection-body-bytes", "1000"],
             ["--max-connection-body-bytes", "1000", "at least --max-body-bytes (33554432)"],

@@ -14,6 +14,12 @@ the worker may have acted on the request, so those are never retried.
 
 A slow client pauses reading from the worker once ``HIGH_WATER`` bytes are buffered
 (backpressure instead of unbounded memory).
+
+Deadlines (``UpstreamTimeouts``), all enforced through the pool's one timer: the exchange's own
+(``timeout_s``), the response head within ``first_byte_s`` of sending, then no silence from the
+worker longer than ``idle_s`` while the body is relayed (bytes the router still holds for a slow
+client mean the silence is ours, not the worker's). The per-read cost is one flag test for an
+exchange already complete, and a clock read for one still in flight.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from dataplane.router.upstream.base import (
     ResponseListener,
     UpstreamBodyIncomplete,
     UpstreamTimeout,
+    UpstreamTimeouts,
     UpstreamUnreachable,
 )
 from dataplane.router.upstream.deadlines import Deadlines
@@ -45,6 +52,7 @@ class ConnectionHome(Protocol):
     back when its exchange is complete, and forgetting one that is gone."""
 
     deadlines: Deadlines
+    timeouts: UpstreamTimeouts
 
     def release(self, conn: H1Connection) -> bool:
         """Keep ``conn`` as idle; False when the pool will not (closed, or full): close it."""
@@ -57,6 +65,7 @@ class ConnectionHome(Protocol):
 
 HIGH_WATER = 1 << 20  # pause reading from the worker above this many unsent bytes
 _COALESCE_BODY_BYTES = 256 * 1024  # copy head + body into one write below this size
+_SLACK_S = 0.001  # a deadline within this much is due now (uvloop's timers have ms resolution)
 
 
 class H1Response:
@@ -156,8 +165,12 @@ class H1Connection(asyncio.Protocol):
         self._ready: H1Response | None = None  # head parsed, listener told after the read
         self._response: H1Response | None = None
         self._headers: Headers = []
-        self.deadline = 0.0  # of the exchange in flight; enforced by the pool's one timer
+        self.deadline = 0.0  # the next one of the exchange in flight; the pool's one timer
         self._timed = False  # in the pool's set of exchanges with a deadline
+        self._final = 0.0  # the whole exchange's deadline (timeout_s)
+        self._heard = 0.0  # when the worker last sent a byte (or the request went out)
+        self._first_byte_s = pool.timeouts.first_byte_s
+        self._idle_s = pool.timeouts.idle_s
         self._keep_alive = False
         self._delimited = False  # body length known (Content-Length or chunked)
 
@@ -177,6 +190,8 @@ class H1Connection(asyncio.Protocol):
             self._fail(UpstreamBodyIncomplete())
         except httptools.HttpParserError:
             self._fail(UpstreamBodyIncomplete())
+        if self._timed:  # still in flight after this read (a complete answer is unwatched)
+            self._heard_now()
         ready = self._ready
         if ready is not None:
             # Told after the whole read was parsed, so a small answer arrives complete (the
@@ -243,7 +258,7 @@ class H1Connection(asyncio.Protocol):
         self.close()
 
     # -- exchange --------------------------------------------------------------------------
-    def send(self, head: bytes, body: RequestBody, deadline: float) -> asyncio.Future[H1Response]:
+    def send(self, head: bytes, body: RequestBody, now: float, deadline: float) -> asyncio.Future[H1Response]:
         """Write the request; the future resolves with the response head.
 
         A plain function returning the future (not a coroutine): one frame less per request.
@@ -251,17 +266,19 @@ class H1Connection(asyncio.Protocol):
         transport = self._writable()
         waiter: asyncio.Future[H1Response] = self._loop.create_future()
         self._head_waiter = waiter
-        self._write(transport, head, body, deadline)
+        self._write(transport, head, body, now, deadline)
         return waiter
 
-    def send_to(self, head: bytes, body: RequestBody, deadline: float, listener: ResponseListener) -> None:
+    def send_to(
+        self, head: bytes, body: RequestBody, now: float, deadline: float, listener: ResponseListener
+    ) -> None:
         """Write the request; ``listener`` is told of the head or the failure (no future, no task)."""
         transport = self._transport  # self._writable(), inlined: the per-request path
         if self.lost or transport is None or transport.is_closing():
             self.close()
             raise UpstreamUnreachable()
         self._listener = listener
-        self._write(transport, head, body, deadline)
+        self._write(transport, head, body, now, deadline)
 
     def abandon(self) -> None:
         """The caller of ``send_to`` is gone before the head: forget it and close the connection."""
@@ -275,8 +292,13 @@ class H1Connection(asyncio.Protocol):
             raise UpstreamUnreachable()
         return transport
 
-    def _write(self, transport: asyncio.Transport, head: bytes, body: RequestBody, deadline: float) -> None:
-        self.deadline = deadline
+    def _write(
+        self, transport: asyncio.Transport, head: bytes, body: RequestBody, now: float, deadline: float
+    ) -> None:
+        self._final = deadline
+        self._heard = now
+        first = now + self._first_byte_s
+        self.deadline = first if first < deadline else deadline
         self._timed = True
         self._pool.deadlines.watch(self, self._loop)
         if len(body) <= _COALESCE_BODY_BYTES:
@@ -312,7 +334,39 @@ class H1Connection(asyncio.Protocol):
             self._transport.close()
 
     def on_timeout(self) -> None:
-        """The exchange passed its deadline (called by the pool's timer)."""
+        """A deadline of the exchange passed (called by the pool's timer): fail it, unless only
+        the idle deadline was due and the worker was heard from since (then watch again)."""
+        response = self._response
+        if response is not None:
+            now = self._loop.time()
+            # Bytes the relay has not taken yet: the wait is the router's client's, not the worker's.
+            quiet_since = now if response._chunks else self._heard
+            due = min(quiet_since + self._idle_s, self._final)
+            if due > now + _SLACK_S:
+                self.deadline = due
+                self._timed = True
+                self._pool.deadlines.watch(self, self._loop)
+                return
+        self._fail(UpstreamTimeout())
+
+    def _heard_now(self) -> None:
+        """The worker sent bytes of the exchange in flight; once its head is in, the next
+        deadline is the idle one."""
+        now = self._heard = self._loop.time()
+        if self._response is not None:
+            due = now + self._idle_s
+            if due < self.deadline:
+                self.deadline = due
+                self._pool.deadlines.watch(self, self._loop)
+
+    def stalled_since(self, since: float) -> bool:
+        """Nothing from the worker since ``since``, and nothing held back for our client."""
+        response = self._response
+        return self._heard < since and not (response is not None and response._chunks)
+
+    def on_stalled(self) -> None:
+        """The worker stopped answering (its health checks failed): time the exchange out now."""
+        self._cancel_timer()
         self._fail(UpstreamTimeout())
 
     def _fail(self, error: RouterError) -> None:

@@ -10,6 +10,9 @@ Failure classes (``dataplane.router.upstream.base``): a connect failure, or a po
 closed before anything was written, is ``UpstreamUnreachable`` (safe to retry elsewhere); what
 can go wrong after the request bytes are written is the connection's (``upstream.h1.connection``).
 
+Besides the whole-exchange deadline, each exchange has a time-to-first-byte and an idle deadline
+(``UpstreamTimeouts``, enforced by the connection with the pool's one timer).
+
 Idle connections are dropped after ``idle_ttl_s`` (4 s: below the 5 s keep-alive of uvicorn, which
 SGLang serves with) so we rarely race a server closing an idle connection while we reuse it.
 """
@@ -21,7 +24,7 @@ import contextlib
 
 from dataplane.router.body import RequestBody
 from dataplane.router.headers import Headers
-from dataplane.router.upstream.base import ResponseListener, UpstreamUnreachable
+from dataplane.router.upstream.base import ResponseListener, UpstreamTimeouts, UpstreamUnreachable
 from dataplane.router.upstream.deadlines import Deadlines
 from dataplane.router.upstream.h1.connection import H1Connection, H1Response
 
@@ -39,8 +42,10 @@ class H1Pool:
         max_idle: int = 256,
         idle_ttl_s: float = 4.0,
         connect_timeout_s: float = 5.0,
+        timeouts: UpstreamTimeouts | None = None,
     ) -> None:
         self.host = host
+        self.timeouts = timeouts or UpstreamTimeouts()
         self.port = port
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._host_line = b"\r\nhost: " + authority.encode("ascii")
@@ -71,7 +76,7 @@ class H1Pool:
         conn = self._checkout(now)
         if conn is None:
             conn = await self._connect(loop, min(self._connect_timeout_s, timeout_s))
-        waiter = conn.send(self._head(method, path, headers, body), body, deadline)
+        waiter = conn.send(self._head(method, path, headers, body), body, now, deadline)
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -109,7 +114,7 @@ class H1Pool:
             conn = self._checkout(now)
             if conn is None:
                 return None
-        conn.send_to(self._head(method, path, headers, body), body, now + timeout_s, listener)
+        conn.send_to(self._head(method, path, headers, body), body, now, now + timeout_s, listener)
         return conn
 
     def _head(self, method: bytes, path: bytes, headers: Headers, body: RequestBody) -> bytes:
@@ -122,6 +127,14 @@ class H1Pool:
         for name, value in headers:
             head += b"\r\n%s: %s" % (name, value)
         return head + b"\r\n\r\n"
+
+    def fail_stalled(self, since: float) -> int:
+        failed = 0
+        for conn in self.deadlines:
+            if isinstance(conn, H1Connection) and conn.stalled_since(since):
+                conn.on_stalled()
+                failed += 1
+        return failed
 
     async def close(self) -> None:
         self._closed = True

@@ -29,6 +29,7 @@ from typing import cast
 
 from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamUnreachable
 from dataplane.router.body import RequestBody
+from dataplane.router.upstream.base import UpstreamTimeouts
 from dataplane.router.upstream.h2c.codec import ClientCodec
 from dataplane.router.upstream.h2c.frames import CANCEL, NO_ERROR, REFUSED_STREAM, H2ProtocolError
 from dataplane.router.upstream.h2c.stream import H2Stream, parse_head
@@ -47,8 +48,10 @@ class H2Connection(asyncio.Protocol):
         stream_window_bytes: int = DEFAULT_STREAM_WINDOW,
         max_streams: int = DEFAULT_MAX_STREAMS,
         on_capacity: Callable[[H2Connection], None] | None = None,
+        timeouts: UpstreamTimeouts | None = None,
     ) -> None:
         self.authority = authority
+        self._timeouts = timeouts or UpstreamTimeouts()
         self._max_streams = max_streams
         self._on_capacity = on_capacity
         self._codec = ClientCodec(self, stream_window=stream_window_bytes)
@@ -130,7 +133,7 @@ class H2Connection(asyncio.Protocol):
         except H2ProtocolError as exc:  # stream ids exhausted: this connection is done
             self.draining = True
             raise UpstreamUnreachable() from exc
-        stream = H2Stream(self, sid, body, deadline, self._loop)
+        stream = H2Stream(self, sid, body, deadline, self._loop, self._timeouts)
         self._streams[sid] = stream
         transport = self._transport
         assert transport is not None
@@ -172,6 +175,13 @@ class H2Connection(asyncio.Protocol):
         if self._send_blocked:
             for stream in list(self._send_blocked.values()):
                 self._send_body(stream)
+
+    def fail_stalled(self, since: float) -> int:
+        """Time out the streams that have had nothing from the worker since ``since``."""
+        stalled = [s for s in self._streams.values() if s.stalled_since(since)]
+        for stream in stalled:
+            stream.time_out()
+        return len(stalled)
 
     def consumed(self, stream_id: int, nbytes: int) -> None:
         """The router's client took ``nbytes``: return that credit to the peer (RFC 9113 §6.9)."""

@@ -18,6 +18,7 @@ from collections import deque
 
 from dataplane.errors import UpstreamTimeout, UpstreamUnreachable
 from dataplane.router.body import RequestBody
+from dataplane.router.upstream.base import UpstreamTimeouts
 from dataplane.router.upstream.h2c.connection import DEFAULT_MAX_STREAMS, DEFAULT_STREAM_WINDOW, H2Connection
 from dataplane.router.upstream.h2c.stream import H2Stream
 
@@ -38,8 +39,10 @@ class H2Pool:
         max_streams_per_connection: int = DEFAULT_MAX_STREAMS,
         stream_window_bytes: int = DEFAULT_STREAM_WINDOW,
         connect_timeout_s: float = 5.0,
+        timeouts: UpstreamTimeouts | None = None,
     ) -> None:
         self.host = host
+        self._timeouts = timeouts or UpstreamTimeouts()
         self.port = port
         self._authority = (f"[{host}]:{port}" if ":" in host else f"{host}:{port}").encode()
         self._max_connections = max_connections
@@ -132,6 +135,7 @@ class H2Pool:
                         stream_window_bytes=self._stream_window,
                         max_streams=self._max_streams,
                         on_capacity=self._on_capacity,
+                        timeouts=self._timeouts,
                     ),
                     self.host,
                     self.port,
@@ -146,6 +150,9 @@ class H2Pool:
         self._conns.append(proto)
         opening.set_result(None)
         return proto
+
+    def fail_stalled(self, since: float) -> int:
+        return sum(conn.fail_stalled(since) for conn in list(self._conns))
 
     def _on_capacity(self, conn: H2Connection) -> None:
         if conn.closed:

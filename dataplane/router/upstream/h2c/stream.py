@@ -5,6 +5,10 @@ the worker answered, ``chunks()`` for the body as it arrives, ``abort()`` when t
 went away. The connection (``upstream_h2.H2Connection``) calls the ``*_received``/``ended``/
 ``fail`` methods from its protocol callbacks; nothing here does I/O itself, the connection is only
 asked to return flow-control credit (``consumed``) and to reset the stream (``cancel``).
+
+Deadlines (``UpstreamTimeouts``), on one timer per stream: the response head within
+``first_byte_s`` of sending, then no silence from the worker longer than ``idle_s`` (bytes still
+buffered for the router's slow client do not count), never past the exchange's own deadline.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from typing import Protocol
 from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeout
 from dataplane.router.body import RequestBody
 from dataplane.router.headers import DROPPED
+from dataplane.router.upstream.base import UpstreamTimeouts
+
+_DEFAULT_TIMEOUTS = UpstreamTimeouts()
 
 
 def parse_head(headers: list[tuple[bytes, bytes]]) -> tuple[int, list[tuple[bytes, bytes]]]:
@@ -45,6 +52,10 @@ class H2Stream:
         "_conn",
         "_eof",
         "_error",
+        "_final",
+        "_heard",
+        "_idle_s",
+        "_loop",
         "_timer",
         "_unacked",
         "_waiter",
@@ -64,6 +75,7 @@ class H2Stream:
         body: RequestBody,
         deadline: float,
         loop: asyncio.AbstractEventLoop | None = None,
+        timeouts: UpstreamTimeouts | None = None,
     ) -> None:
         self._conn = conn
         self.stream_id = stream_id
@@ -78,7 +90,12 @@ class H2Stream:
         self._eof = False
         self._error: RouterError | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._timer = (loop or asyncio.get_running_loop()).call_at(deadline, self._on_timeout)
+        loop = self._loop = loop or asyncio.get_running_loop()
+        timeouts = timeouts or _DEFAULT_TIMEOUTS
+        self._idle_s = timeouts.idle_s
+        self._final = deadline
+        self._heard = loop.time()
+        self._timer = loop.call_at(min(deadline, self._heard + timeouts.first_byte_s), self._on_timeout)
 
     # -- UpstreamResponse -----------------------------------------------------------------------
 
@@ -141,9 +158,15 @@ class H2Stream:
         self.status = status
         self.headers = headers
         self.started = True
+        if not self._eof and self._error is None:
+            # The idle deadline from now on (the first-byte one is met).
+            self._heard = now = self._loop.time()
+            self._timer.cancel()
+            self._timer = self._loop.call_at(min(self._final, now + self._idle_s), self._on_timeout)
         self._wake()
 
     def data_received(self, data: bytes, flow_controlled: int) -> None:
+        self._heard = self._loop.time()
         self._unacked += flow_controlled
         if data:
             self._buf.append(data)
@@ -167,9 +190,28 @@ class H2Stream:
 
     # -- internals ------------------------------------------------------------------------------
 
+    def stalled_since(self, since: float) -> bool:
+        """Nothing from the worker since ``since``, and nothing held back for our client."""
+        return self._heard < since and not self._buf and not self._eof and self._error is None
+
     def _on_timeout(self) -> None:
         if self._eof or self._error is not None:
             return
+        if self.started:
+            now = self._loop.time()
+            # Bytes the relay has not taken yet: the wait is the router's client's, not the worker's.
+            due = min((now if self._buf else self._heard) + self._idle_s, self._final)
+            if due > now + 0.001:
+                self._timer = self._loop.call_at(due, self._on_timeout)
+                return
+        self.time_out()
+
+    def time_out(self) -> None:
+        """Fail with ``UpstreamTimeout`` and reset the stream (a deadline passed, or the worker
+        stopped answering its health checks)."""
+        if self._eof or self._error is not None:
+            return
+        self._timer.cancel()
         self._error = UpstreamTimeout()
         self._conn.cancel(self)
         self._drop_buffer()
