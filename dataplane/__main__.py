@@ -30,6 +30,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings.listen_port,
             settings.drain_grace_s,
             settings.router_id,
+            # A given --router-id is stable across restarts: each child keeps its own counts file.
+            journals="off" if args.counts_journal == "off" else "own" if args.router_id else "slot",
         )
     from dataplane.router.app import serve
 

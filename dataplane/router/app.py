@@ -31,7 +31,7 @@ from dataplane.router.fleet.workers import Worker, WorkerUrlError, make_pool
 from dataplane.router.metrics import RouterMetrics
 from dataplane.router.path.forwarder import ProxyConfig
 from dataplane.router.path.proxy import Proxy
-from dataplane.router.process.journal import journal_from_env
+from dataplane.router.process.journal import journal_from_env, open_journal
 from dataplane.router.process.metrics import process_metrics_from_env
 from dataplane.router.settings import RouterSettings
 from dataplane.router.state import RouterState
@@ -156,14 +156,20 @@ async def serve(settings: RouterSettings) -> int:
             print(f"fleetplane router: {exc}", file=sys.stderr, flush=True)
             await router.stop(0)
             return 2
-        # Under the --processes supervisor: counts outlive a SIGKILL (process/journal.py).
+        # Counts outlive a SIGKILL (process/journal.py): the supervisor's file for this slot, or
+        # this router's own (--counts-journal).
         journal = journal_from_env(control.router_id)
+        if journal is None and settings.counts_journal is not None:
+            journal = open_journal(settings.counts_journal, control.router_id)
         predecessors = journal.predecessors if journal is not None else []
         async with subscription(control, router.state, predecessors=predecessors) as client:
             if journal is not None:
                 journal.start(client.boot_id)
                 router.state.rejection_listener = journal.record
-            return await _serve_until_signal(router, settings, port)
+            code = await _serve_until_signal(router, settings, port)
+        if journal is not None and client.final_report_taken:
+            journal.remove()  # every count in it has reached the control plane
+        return code
     router = Router(settings)
     try:
         await router.register_workers()

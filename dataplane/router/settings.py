@@ -26,6 +26,7 @@ from dataplane.router.contract.dialects import DIALECTS
 from dataplane.router.contract.routes import RouteTable, build_route_table
 from dataplane.router.fleet.health import HealthPolicy
 from dataplane.router.fleet.workers import WorkerAddress, WorkerUrlError
+from dataplane.router.process.journal import default_journal_path
 from dataplane.router.upstream.base import UpstreamTimeouts
 
 MIB = 1024 * 1024
@@ -58,6 +59,8 @@ class RouterSettings:
     max_buffered_body_bytes: int = 0
     max_connection_body_bytes: int = 0
     upstream: UpstreamTimeouts = field(default_factory=UpstreamTimeouts)
+    # The rejection counts journal of a single router (None: none; process/journal.py).
+    counts_journal: str | None = None
     # Not flags (yet): house defaults.
     retry_attempts: int = 3
     drain_grace_s: float = 30.0
@@ -261,6 +264,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="GET /health of every worker in rotation every S; --eject-after-failures failed checks "
         "in a row eject it and time out its stalled requests (0: off)",
     )
+    parser.add_argument(
+        "--counts-journal",
+        default=None,
+        metavar="FILE|off",
+        help="with --control-plane: the file where rejection counts are written before each 400, so "
+        "a router killed with SIGKILL and restarted with the same --router-id reports them (default: "
+        "a file named after --router-id in a private per-user directory; none without --router-id)",
+    )
 
 
 def build_parser(prog: str = "fleetplane router") -> EnvArgumentParser:
@@ -390,6 +401,22 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
             f"--health-probe-max-interval-s {probe_max_s!r}: must be at least "
             f"--health-probe-interval-s ({args.health_probe_interval_s!r})"
         )
+    if args.counts_journal not in (None, "off") and args.processes > 1:
+        raise SettingsError(
+            f"--counts-journal {args.counts_journal!r}: one file cannot serve --processes "
+            f"{args.processes} (each process keeps its own by default; or off)"
+        )
+    if args.counts_journal == "off":
+        counts_journal = None
+    elif args.counts_journal is not None:
+        counts_journal = args.counts_journal
+    else:
+        # A default id (HOST-PID) is never restarted under the same name: nothing to hand over.
+        counts_journal = (
+            default_journal_path(args.router_id, args.control_plane)
+            if args.router_id and args.control_plane
+            else None
+        )
     return RouterSettings(
         listen_host=host,
         listen_port=port,
@@ -411,6 +438,7 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         routes=routes,
         max_buffered_body_bytes=buffered,
         max_connection_body_bytes=per_connection,
+        counts_journal=counts_journal,
         upstream=UpstreamTimeouts(
             first_byte_s=args.upstream_ttfb_timeout_s, idle_s=args.upstream_idle_timeout_s
         ),

@@ -10,14 +10,22 @@ The process listens on ``127.0.0.1:0`` unless the flags carry ``--listen``; the 
 from its ``router listening on http://HOST:PORT`` stdout line. It is stopped by PID (SIGTERM,
 then SIGKILL after a grace period) on exit from the ``with`` block; ``stop()`` returns the exit
 code. ``async with`` works too (start and stop run in a thread).
+
+Its rejection counts journal (``--router-id`` with ``--control-plane``) lives in ``journal_dir``
+(its ``XDG_RUNTIME_DIR``): by default a directory of its own, removed on exit, so no test sees
+another's counts; a restart test passes one directory to both processes.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
+import tempfile
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 from tests.fakes.process import ROOT as ROOT
 from tests.fakes.process import ListeningProcess, has_flag
@@ -46,7 +54,12 @@ class RouterProcess(ListeningProcess):
         env: dict[str, str] | None = None,
         startup_timeout_s: float = 20.0,
         stop_timeout_s: float = 10.0,
+        journal_dir: Path | str | None = None,
     ) -> None:
+        self._own_journal_dir = None if journal_dir is not None else tempfile.mkdtemp(prefix="fleetplane-rt-")
+        self.journal_dir = Path(journal_dir if journal_dir is not None else self._own_journal_dir or "")
+        env = dict(os.environ if env is None else env)
+        env["XDG_RUNTIME_DIR"] = str(self.journal_dir)
         super().__init__(env=env, startup_timeout_s=startup_timeout_s, stop_timeout_s=stop_timeout_s)
         self.flags = list(flags)
         if not has_flag(self.flags, "--listen"):
@@ -54,6 +67,18 @@ class RouterProcess(ListeningProcess):
 
     def _args(self) -> list[str]:
         return self.flags
+
+    def kill(self) -> None:
+        """SIGKILL by PID (a crash: no shutdown code runs, no last report)."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(self._stop_timeout_s)
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_journal_dir is not None:
+            shutil.rmtree(self._own_journal_dir, ignore_errors=True)
 
     def get(self, path: str, timeout_s: float = 5.0) -> tuple[int, dict[str, str], bytes]:
         """``GET path`` over HTTP/1.1: (status, lower-cased headers, body), errors included."""

@@ -73,6 +73,8 @@ class ControlPlaneClient(ControlChannel):
         self._load_views = LoadViews()
         self._refresh_workers = asyncio.Event()
         self._report_now = asyncio.Event()
+        # The control plane took the last report of a clean stop (the stream ended OK after it).
+        self.final_report_taken = False
 
     async def run(self) -> None:
         """Run every loop until cancelled (each one reconnects on its own)."""
@@ -248,6 +250,7 @@ class ControlPlaneClient(ControlChannel):
                     await call.write(self.build_report())
                     await call.done_writing()
                     await call
+                    self.final_report_taken = True
             raise
         except asyncio.InvalidStateError:
             await call  # written after the server finished: surface its status

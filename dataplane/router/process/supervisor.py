@@ -16,7 +16,9 @@ With a control plane, each child reports its status (SPEC §6 ``ReportRouterStat
 rollout view shows one entry per process, and a restarted child takes its slot's id again, with a
 new boot id, so its predecessor's reported counts stay in the totals and none is counted twice.
 Each slot also has a counts file (``process.journal``): the counts a SIGKILLed child had no
-time to report are reported by the slot's next child. And each child serves its metrics to its
+time to report are reported by the slot's next child. With ``--router-id`` a child keeps its own
+(named after ``ID/SLOT``), which also outlives the supervisor; with the default id the slot's file
+lives in the supervisor's directory, for the supervisor's lifetime. And each child serves its metrics to its
 siblings over a unix socket in the same directory, so that ``/metrics`` on any child answers for
 the whole router, with totals that survive a SIGKILLed child (``process.metrics``).
 
@@ -131,9 +133,13 @@ class Supervisor:
         grace_s: float,
         backoff: RestartBackoff | None = None,
         router_id: str | None = None,
+        journals: str = "slot",
     ) -> None:
         self._argv = list(argv)  # complete command of one child
         self._router_id = router_id  # None: the children get no --router-id from here
+        # "slot": one counts file per slot from here; "own": each child keeps its own (a given
+        # --router-id); "off": none (--counts-journal off).
+        self._journals = journals
         # Per slot: a rejection-counts file read by the slot's next child (process/journal.py), and
         # the metrics socket and snapshot through which every child answers for all (process/metrics.py).
         self._journal_dir: str | None = None
@@ -168,7 +174,8 @@ class Supervisor:
         if self._router_id is not None:
             argv = [*argv, "--router-id", slot_router_id(self._router_id, slot)]
         if self._journal_dir is not None:
-            env[COUNTS_FILE_ENV] = os.path.join(self._journal_dir, f"slot-{slot}.counts")
+            if self._journals == "slot":
+                env[COUNTS_FILE_ENV] = os.path.join(self._journal_dir, f"slot-{slot}.counts")
             # Each child serves its metrics to its siblings there (process/metrics.py).
             env[METRICS_DIR_ENV] = self._journal_dir
             env[METRICS_SLOT_ENV] = str(slot)
@@ -223,6 +230,7 @@ def run_supervised(
     listen_port: int,
     grace_s: float,
     router_id: str,
+    journals: str = "slot",
 ) -> int:
     """Entry for ``python -m dataplane --processes N`` (N > 1): blocks until stopped; the exit code."""
     try:
@@ -236,6 +244,7 @@ def run_supervised(
     command = [sys.executable, "-m", "dataplane", *child_argv(argv, f"{host}:{port}")]
     print(f"fleetplane router supervisor: {processes} processes on http://{host}:{port}", flush=True)
     try:
-        return asyncio.run(Supervisor(command, processes, grace_s=grace_s, router_id=router_id).run())
+        supervisor = Supervisor(command, processes, grace_s=grace_s, router_id=router_id, journals=journals)
+        return asyncio.run(supervisor.run())
     finally:
         reservation.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from dataplane.router.process.journal import default_journal_path
 from dataplane.router.settings import RouterSettings, SettingsError, build_parser, settings_from_args
 from dataplane.router.upstream.base import UpstreamTimeouts
 
@@ -36,9 +37,24 @@ def test_upstream_timeouts_and_health_checks() -> None:
     assert (s.upstream.first_byte_s, s.upstream.idle_s, s.health.check_interval_s) == (5.0, 7.5, 0.0)
 
 
+def test_counts_journal_follows_the_router_id() -> None:
+    """No journal without --router-id (a default id is never restarted) or without a control plane;
+    with both, a file named after them in the default directory; off and an explicit file too."""
+    cp = ("--control-plane", "127.0.0.1:50051")
+    assert _settings(*cp).counts_journal is None
+    assert _settings("--router-id", "edge").counts_journal is None
+    assert _settings(*cp, "--router-id", "edge").counts_journal == default_journal_path("edge", cp[1])
+    assert _settings(*cp, "--router-id", "edge", "--counts-journal", "off").counts_journal is None
+    assert _settings(*cp, "--counts-journal", "/var/lib/r.counts").counts_journal == "/var/lib/r.counts"
+
+
 @pytest.mark.parametrize(
     ("argv", "names"),
     [
+        (
+            ["--counts-journal", "/x.counts", "--processes", "2"],
+            ["--counts-journal", "'/x.counts'", "--processes 2"],
+        ),
         (["--upstream-ttfb-timeout-s", "0"], ["--upstream-ttfb-timeout-s", "0", "more than 0"]),
         (["--upstream-idle-timeout-s", "-1"], ["--upstream-idle-timeout-s", "-1", "more than 0"]),
         (["--health-check-interval-s", "-1"], ["--health-check-interval-s", "-1", "0 or more"]),

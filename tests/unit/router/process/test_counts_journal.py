@@ -3,8 +3,11 @@ successor under its own boot id, once, however often they are re-sent)."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,7 +18,9 @@ from dataplane.router.process.journal import (
     BootCounts,
     CountsJournal,
     decode_record,
+    default_journal_path,
     encode_record,
+    open_journal,
 )
 from tests.fakes.control_targets import Recorder
 
@@ -92,3 +97,50 @@ async def test_predecessor_reports_carry_their_boot_and_final_counts() -> None:
     assert own.boot_id == client.boot_id != "dead-boot"
     assert [(r.scope, r.param, r.count) for r in own.rejections] == [("*", "top_p", 1)]
     await client.close()
+
+
+def test_each_record_is_the_bytes_encode_record_makes(tmp_path: Path) -> None:
+    """The per-rejection fast encoding (fixed parts encoded once) writes exactly encode_record's bytes."""
+    path = str(tmp_path / "r.counts")
+    first = CountsJournal.open(path, "edge")
+    assert first is not None
+    first.start("boot-a")
+    first.record({("*", "temperature"): 3, ("m", "top_p"): 1})
+    first.close()
+    second = CountsJournal.open(path, "edge")
+    assert second is not None
+    second.start("boot-b")
+    counts = {("*", "top_k"): 2}
+    second.record(counts)
+    with open(path, "rb") as f:
+        written = f.read()
+    assert written.startswith(encode_record("edge", [BootCounts("boot-b", counts), *second.predecessors]))
+    second.close()
+
+
+def test_a_journal_held_by_a_live_router_is_not_shared(tmp_path: Path) -> None:
+    """A second router opening the same file while the first holds it goes without a journal."""
+    path = str(tmp_path / "r.counts")
+    holder = CountsJournal.open(path, "edge")
+    assert holder is not None
+    assert CountsJournal.open(path, "edge") is None
+    holder.close()
+    again = CountsJournal.open(path, "edge")
+    assert again is not None
+    again.close()
+
+
+def test_the_default_directory_must_be_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default journal lives in XDG_RUNTIME_DIR/fleetplane, named after id and control plane;
+    a directory others may enter is not used."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    path = default_journal_path("edge", "cp:50051")
+    assert Path(path).parent == tmp_path / "fleetplane"
+    assert path != default_journal_path("edge", "other:50051")
+    journal = open_journal(path, "edge")
+    assert journal is not None
+    assert stat.S_IMODE(os.stat(tmp_path / "fleetplane").st_mode) == 0o700
+    journal.remove()
+    assert not Path(path).exists()
+    os.chmod(tmp_path / "fleetplane", 0o777)
+    assert open_journal(path, "edge") is None
