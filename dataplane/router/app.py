@@ -31,7 +31,7 @@ from dataplane.router.fleet.workers import Worker, WorkerUrlError, make_pool
 from dataplane.router.metrics import RouterMetrics
 from dataplane.router.path.forwarder import ProxyConfig
 from dataplane.router.path.proxy import Proxy
-from dataplane.router.process.journal import journal_from_env, open_journal
+from dataplane.router.process.journal import journal_from_env, open_journal_when_free
 from dataplane.router.process.metrics import process_metrics_from_env
 from dataplane.router.settings import RouterSettings
 from dataplane.router.state import RouterState
@@ -48,7 +48,7 @@ class Router:
     def __init__(self, settings: RouterSettings, state: RouterState | None = None) -> None:
         self.settings = settings
         self.state = state if state is not None else RouterState.standalone(settings.contract)
-        # Every worker's pool enforces the first-byte and idle timeouts (issue 13 item 4).
+        # Every worker's pool enforces the first-byte and idle timeouts (upstream/base.py).
         self.state.pool_factory = functools.partial(make_pool, timeouts=settings.upstream)
         self.admission = Admission(settings.max_concurrency, settings.queue_size, settings.queue_timeout_s)
         self.balancer: Balancer[Worker] = Balancer(settings.policy, Worker.load)
@@ -158,9 +158,10 @@ async def serve(settings: RouterSettings) -> int:
             return 2
         # Counts outlive a SIGKILL (process/journal.py): the supervisor's file for this slot, or
         # this router's own (--counts-journal).
-        journal = journal_from_env(control.router_id)
-        if journal is None and settings.counts_journal is not None:
-            journal = open_journal(settings.counts_journal, control.router_id)
+        journal_path = journal_from_env() or settings.counts_journal
+        journal = None
+        if journal_path is not None:
+            journal = await open_journal_when_free(journal_path, control.router_id)
         predecessors = journal.predecessors if journal is not None else []
         async with subscription(control, router.state, predecessors=predecessors) as client:
             if journal is not None:

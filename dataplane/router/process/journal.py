@@ -29,6 +29,7 @@ record that does not check out (a torn write) is ignored.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import hashlib
 import json
@@ -100,6 +101,11 @@ def decode_record(data: bytes, router_id: str) -> list[BootCounts]:
         return []
 
 
+class JournalBusy(Exception):
+    """Another live process holds the journal (its lock): a predecessor still stopping, or another
+    router with the same id."""
+
+
 class CountsJournal:
     """The slot's file: read the predecessors once, then rewrite the own record per rejection."""
 
@@ -116,7 +122,8 @@ class CountsJournal:
 
     @classmethod
     def open(cls, path: str, router_id: str) -> CountsJournal | None:
-        """The journal at ``path`` with the boots it holds; None (logged) when it cannot be used."""
+        """The journal at ``path`` with the boots it holds; None (logged) when it cannot be used.
+        Raises ``JournalBusy`` while another live process holds it."""
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as exc:
@@ -124,14 +131,18 @@ class CountsJournal:
             return None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # The holder may have removed the file between our open and our lock: then the lock
+            # is on a file nobody will read, and the path is free (try again).
+            if os.fstat(fd).st_ino != os.stat(path).st_ino:
+                raise BlockingIOError
+        except (BlockingIOError, FileNotFoundError):
+            os.close(fd)
+            raise JournalBusy(path) from None
+        try:
             data = os.pread(fd, 1 << 20, 0)
         except OSError as exc:
             os.close(fd)
-            log.warning(
-                "rejection counts journal unusable (another router with this id running?)",
-                path=path,
-                error=str(exc),
-            )
+            log.warning("rejection counts journal unusable", path=path, error=str(exc))
             return None
         return cls(fd, router_id, decode_record(data, router_id)[:MAX_CARRIED_BOOTS], path)
 
@@ -162,10 +173,27 @@ class CountsJournal:
         self.close()
 
 
-def journal_from_env(router_id: str) -> CountsJournal | None:
-    """The journal the ``--processes`` supervisor gave this child, if any."""
-    path = os.environ.get(COUNTS_FILE_ENV)
-    return CountsJournal.open(path, router_id) if path else None
+def journal_from_env() -> str | None:
+    """The path of the journal the ``--processes`` supervisor gave this child, if any."""
+    return os.environ.get(COUNTS_FILE_ENV) or None
+
+
+async def open_journal_when_free(path: str, router_id: str, wait_s: float = 10.0) -> CountsJournal | None:
+    """``open_journal``, waiting up to ``wait_s`` for a predecessor that still holds the file (one
+    stopping while its successor starts): it may yet report what it holds, or leave it to us. No
+    rejection is counted meanwhile (none before the first contract snapshot, after this)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while True:
+        try:
+            return open_journal(path, router_id)
+        except JournalBusy:
+            if loop.time() >= deadline:
+                log.warning(
+                    "rejection counts journal held by another process (a router with this id?)", path=path
+                )
+                return None
+            await asyncio.sleep(0.1)
 
 
 def default_journal_dir() -> str:

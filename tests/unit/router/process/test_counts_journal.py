@@ -3,6 +3,7 @@ successor under its own boot id, once, however often they are re-sent)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 from pathlib import Path
@@ -17,10 +18,12 @@ from dataplane.router.process.journal import (
     MAX_CARRIED_BOOTS,
     BootCounts,
     CountsJournal,
+    JournalBusy,
     decode_record,
     default_journal_path,
     encode_record,
     open_journal,
+    open_journal_when_free,
 )
 from tests.fakes.control_targets import Recorder
 
@@ -119,11 +122,24 @@ def test_each_record_is_the_bytes_encode_record_makes(tmp_path: Path) -> None:
 
 
 def test_a_journal_held_by_a_live_router_is_not_shared(tmp_path: Path) -> None:
-    """A second router opening the same file while the first holds it goes without a journal."""
+    """A second router opening the same file while the first holds it is told it is busy, and waits
+    for it (a predecessor still stopping) for a bounded time before going without."""
     path = str(tmp_path / "r.counts")
     holder = CountsJournal.open(path, "edge")
     assert holder is not None
-    assert CountsJournal.open(path, "edge") is None
+    with pytest.raises(JournalBusy):
+        CountsJournal.open(path, "edge")
+
+    async def wait_then_release() -> CountsJournal | None:
+        asyncio.get_running_loop().call_later(0.3, holder.close)
+        return await open_journal_when_free(path, "edge", wait_s=5)
+
+    waited = asyncio.run(wait_then_release())
+    assert waited is not None
+    waited.close()
+    holder = CountsJournal.open(path, "edge")
+    assert holder is not None
+    assert asyncio.run(open_journal_when_free(path, "edge", wait_s=0.3)) is None
     holder.close()
     again = CountsJournal.open(path, "edge")
     assert again is not None
