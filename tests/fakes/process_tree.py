@@ -1,4 +1,5 @@
-"""A process tree read from /proc (a supervisor's children, zombies left out), and polling."""
+"""A process tree read from /proc (a supervisor's children, zombies left out, a process's resident
+memory), and polling."""
 
 from __future__ import annotations
 
@@ -28,3 +29,12 @@ def alive(pid: int) -> bool:
 def wait_for(predicate: Any, timeout_s: float, interval_s: float = 0.05) -> bool:
     """Poll ``predicate()`` until true or the timeout; returns its last truthiness."""
     return wait_until(predicate, timeout_s, interval_s)
+
+
+def rss_bytes(pid: int) -> int:
+    """The resident set size of process ``pid`` (VmRSS in /proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for {pid}")

@@ -1,4 +1,5 @@
-"""A single router killed with SIGKILL loses no rejection count (SPEC §6, issue 13 item 7).
+"""A router killed with SIGKILL loses no rejection count (SPEC §6: a router restart neither loses
+nor double counts).
 
 Before, only ``--processes`` children had a counts journal: a single router reports every 0.25 s,
 so the 400s of its last moments were never counted. Now a router with ``--router-id`` writes its
@@ -14,13 +15,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.fleet.conftest import fleetplane, wait_for
-from tests.e2e.router.conftest import chat, post
+from tests.fakes.chat_client import chat, post
 from tests.fakes.control_plane import ControlPlaneProcess
 from tests.fakes.engine_sim import EngineSim
+from tests.fakes.fleet import fleetplane, wait_for
+from tests.fakes.process_tree import children_of
 from tests.fakes.router import RouterProcess
-
-from .conftest import children_of
 
 MODEL = "journal-model"
 REJECTIONS = 40

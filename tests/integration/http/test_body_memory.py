@@ -1,4 +1,4 @@
-"""Request body memory of the shared server (issue 13 item 2): a cap on the body bytes held across
+"""Request body memory of the shared server (SPEC §5): a cap on the body bytes held across
 connections (the largest bodies still arriving are refused first) and a per-connection cap on
 bodies in transit, over real loopback sockets."""
 
@@ -9,7 +9,7 @@ import contextlib
 import json
 
 from dataplane.http import Request, Responder
-from tests.integration.http.conftest import H2Client, h1_open, post, serving
+from tests.fakes.http_server import H2Client, h1_open, post, serving
 
 TEXT = [(b"content-type", b"text/plain")]
 KIB = 1024

@@ -1,4 +1,4 @@
-"""``FrameGuard``: frame headers read before h2 parses them (issue 13 items 2 and 5), exact bytes."""
+"""``FrameGuard``: frame headers read before h2 parses them (RFC 9113 §4.2 frame sizes, flood limits), exact bytes."""
 
 from __future__ import annotations
 

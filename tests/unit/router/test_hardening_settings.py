@@ -1,4 +1,5 @@
-"""The issue 13 router flags -> settings: defaults, derived values and one-line startup errors."""
+"""The router's hardening flags -> settings (body memory, upstream timeouts, health checks, counts
+journal): defaults, derived values and one-line startup errors (SPEC §1)."""
 
 from __future__ import annotations
 

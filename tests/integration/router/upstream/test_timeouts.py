@@ -1,5 +1,5 @@
 """Time-to-first-byte and idle deadlines of both upstream pools, and failing stalled exchanges
-(issue 13 item 4), against loopback workers: a scripted HTTP/1.1 one and the shared HTTP server
+(SPEC §5 upstream_timeout), against loopback workers: a scripted HTTP/1.1 one and the shared HTTP server
 speaking h2c."""
 
 from __future__ import annotations

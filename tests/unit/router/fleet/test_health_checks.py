@@ -1,4 +1,4 @@
-"""Active /health checks of workers in rotation (issue 13 item 4): the pure schedule and the prober."""
+"""Active /health checks of workers in rotation (SPEC §5): the pure schedule and the prober."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""HTTP/2 frame floods and oversized frames against a real router (issue 13 items 2 and 5).
+"""HTTP/2 frame floods and oversized frames against a real router (SPEC §5: h2c on the one port).
 
 Each flood runs on its own connection and must be cut off with GOAWAY(ENHANCE_YOUR_CALM) within
 a bounded number of frames (Envoy's flood limits are the model, ``dataplane.http.h2_guard``),
@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fakes.router import RouterProcess
-
-from .conftest import (
+from tests.fakes.bystander import Bystander
+from tests.fakes.process_tree import rss_bytes
+from tests.fakes.raw_h2 import (
     ACK,
     CONTINUATION,
     DATA,
@@ -28,13 +28,12 @@ from .conftest import (
     RST_STREAM,
     SETTINGS,
     WINDOW_UPDATE,
-    Bystander,
     RawH2,
     frame,
     frame_header,
     request_headers,
-    rss_bytes,
 )
+from tests.fakes.router import RouterProcess
 
 FLOOD = 1_000_000  # frames a flooder tries to send
 # The control-frame budget (h2_max_control_frames) plus its refill over a slow test (100/s).

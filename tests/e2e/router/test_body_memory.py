@@ -1,4 +1,5 @@
-"""Request bodies cannot make a real router hold unbounded memory (issue 13 item 2).
+"""Request bodies cannot make a real router hold unbounded memory (SPEC §5: 413 before buffering,
+admission; the bodies still arriving are bounded too).
 
 20 connections each send most of a 30 MB body and stall (before: +602 MB of RSS with
 ``--max-concurrency 4``, the bodies being buffered outside admission). The router holds at most
@@ -16,11 +17,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.router.conftest import MODEL, chat
+from tests.fakes.bystander import Bystander
+from tests.fakes.chat_client import MODEL, chat
 from tests.fakes.engine_sim import EngineSim
+from tests.fakes.process_tree import rss_bytes
+from tests.fakes.raw_h2 import H2Uploader
 from tests.fakes.router import RouterProcess
-
-from .conftest import Bystander, H2Uploader, rss_bytes
 
 MIB = 1024 * 1024
 BODY = 30_000_000  # announced by each attacker, under --max-body-bytes (32 MiB)

@@ -1,5 +1,5 @@
 """A request line without an HTTP version (HTTP/0.9) is refused by the real router and engine-sim,
-which share the HTTP server (issue 13 item 9; RFC 9112 §3)."""
+which share the HTTP server (SPEC §5; RFC 9112 §3)."""
 
 from __future__ import annotations
 

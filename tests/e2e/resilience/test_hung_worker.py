@@ -1,4 +1,5 @@
-"""A hung worker (SIGSTOP) behind a real router (issue 13 item 4): before, 4 of 80 requests hung
+"""A hung worker (SIGSTOP) behind a real router (SPEC §5: a worker that fails repeatedly is ejected
+and probed back; 504 upstream_timeout): before, 4 of 80 requests hung
 for more than 30 s (the 30-minute request timeout) and the worker was never ejected under
 least_load. Now its failing /health checks eject it within seconds, the requests it holds end
 with 504 upstream_timeout, and new requests go to the others."""
@@ -15,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
-from tests.e2e.router.conftest import MODEL, post
+from tests.fakes.chat_client import MODEL, post
 from tests.fakes.engine_sim import EngineSim, wait_until
 from tests.fakes.router import RouterProcess
 

@@ -1,13 +1,12 @@
-"""Hostile clients against real router processes (issue 13): raw h2 frames, RSS from /proc, and a
-well-behaved client measuring what others get meanwhile."""
+"""Raw HTTP/2 clients for hostile-client tests (RFC 9113 §4.1 frames written by hand): one that
+sends whatever bytes it is told and records what the server sends back, and one that keeps
+request bodies in transit within the server's windows."""
 
 from __future__ import annotations
 
-import http.client
 import socket
 import struct
 import threading
-import time
 from dataclasses import dataclass, field
 
 import h2.config
@@ -21,15 +20,6 @@ DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDO
 )
 END_STREAM, ACK, END_HEADERS = 0x1, 0x1, 0x4
 FRAME_SIZE_ERROR, ENHANCE_YOUR_CALM = 0x6, 0xB
-
-
-def rss_bytes(pid: int) -> int:
-    """The resident set size of process ``pid`` (VmRSS in /proc/PID/status)."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
@@ -120,51 +110,6 @@ class RawH2:
 
     def close(self) -> None:
         self.sock.close()
-
-
-@dataclass
-class Bystander:
-    """A well-behaved client on its own connections: ``GET /health`` in a loop on a thread,
-    recording every status and latency until stopped."""
-
-    port: int
-    path: str = "/health"
-    body: bytes | None = None  # POSTed as JSON when given
-    statuses: list[int] = field(default_factory=list)
-    latencies: list[float] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def __enter__(self) -> Bystander:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
-
-    def _run(self) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                if self.body is None:
-                    conn.request("GET", self.path)
-                else:
-                    conn.request("POST", self.path, self.body, {"content-type": "application/json"})
-                resp = conn.getresponse()
-                resp.read()
-                self.statuses.append(resp.status)
-                self.latencies.append(time.monotonic() - started)
-            except (OSError, http.client.HTTPException) as exc:
-                self.errors.append(repr(exc))
-                conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
-            time.sleep(0.02)
-        conn.close()
 
 
 class H2Uploader:
