@@ -50,7 +50,7 @@ refused at once, chunked/h2 data as soon as it passes the limit), ``max_header_b
 connection aborted, h2 stream reset, ``ClientDisconnected``), pipelining depth, h2 windows
 (16 MiB stream and connection windows by default), h2 max concurrent streams.
 
-Memory and floods (issue 13): ``max_buffered_body_bytes`` bounds the request body bytes the
+Memory and floods: ``max_buffered_body_bytes`` bounds the request body bytes the
 server holds across all connections (bodies still arriving, and those of requests not yet
 answered); past it the largest bodies still arriving anywhere are refused 429
 ``service_overloaded`` (HTTP/1.1: and the connection closes; h2: the stream is reset), so a

@@ -44,7 +44,7 @@ class ServerContext:
     # 431): such requests never reach the handler, which would otherwise not count them.
     on_refusal: Callable[[bytes, int], None] | None = None
     # Request body bytes held by every connection: bodies still arriving, and the bodies of
-    # requests not yet answered (bounded by ``limits.max_buffered_body_bytes``, issue 13 item 2).
+    # requests not yet answered (bounded by ``limits.max_buffered_body_bytes``).
     body_held: int = 0
 
     def make_room(self, need: int, own: int) -> bool:

@@ -1,13 +1,13 @@
 """What a client's h2 byte stream is checked for before ``h2`` parses it: frame sizes and floods.
 
 python-h2 reads a whole frame before it compares its length with SETTINGS_MAX_FRAME_SIZE, so a
-frame header announcing 2^24-1 bytes made it buffer 16 MiB per connection (issue 13 item 2).
+frame header announcing 2^24-1 bytes made it buffer 16 MiB per connection.
 ``FrameGuard`` reads each 9-byte frame header (RFC 9113 §4.1) as the bytes arrive and says when
 the connection must end, before h2 sees the bytes; h2 then never holds more than one frame.
 
 - A frame longer than our SETTINGS_MAX_FRAME_SIZE (``h2_max_frame_bytes``): FRAME_SIZE_ERROR at
   once (RFC 9113 §4.2; treated as a connection error for every frame type, as h2 does).
-- Floods (issue 13 item 5), with Envoy's HTTP/2 flood limits (``Http2ProtocolOptions``) as the
+- Floods, with Envoy's HTTP/2 flood limits (``Http2ProtocolOptions``) as the
   model, each ended with GOAWAY(ENHANCE_YOUR_CALM):
 
   * more than ``h2_max_empty_frames`` consecutive DATA, HEADERS or CONTINUATION frames with an

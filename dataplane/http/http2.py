@@ -6,9 +6,9 @@ a per-stream buffer (the sending side: ``http2_output``).
 
 Before h2 parses a byte, ``h2_guard.FrameGuard`` reads the frame headers: a frame longer than our
 SETTINGS_MAX_FRAME_SIZE ends the connection with GOAWAY(FRAME_SIZE_ERROR) before its payload is
-buffered, and control-frame or empty-frame floods with GOAWAY(ENHANCE_YOUR_CALM) (issue 13).
+buffered, and control-frame or empty-frame floods with GOAWAY(ENHANCE_YOUR_CALM).
 
-Request body memory (issue 13 item 2): bodies still arriving on the connection are bounded by
+Request body memory: bodies still arriving on the connection are bounded by
 ``max_connection_body_bytes`` (the windows we advertise are capped at it; a stream passing it is
 refused 429 and reset), and every body the server holds by ``max_buffered_body_bytes``
 (``ServerContext.make_room``: the largest bodies still arriving anywhere are refused first).

@@ -17,7 +17,7 @@ class ServerLimits:
     A request whose handler is running has no server-side deadline: the router enforces
     ``--request-timeout-s`` itself.
 
-    Request body memory (issue 13 item 2): ``max_buffered_body_bytes`` bounds the body bytes the
+    Request body memory: ``max_buffered_body_bytes`` bounds the body bytes the
     whole server holds (bodies still arriving, and those of requests not yet answered: Envoy's
     overload manager is the model), ``max_connection_body_bytes`` the bytes of bodies still
     arriving on one connection (Envoy's ``per_connection_buffer_limit_bytes``; the h2 windows we

@@ -140,7 +140,7 @@ class VersionNotSupported(BadRequest):
 
 
 class BodyBufferFull(ServiceOverloaded):
-    """The server holds ``max_buffered_body_bytes`` of request bodies (issue 13 item 2).
+    """The server holds ``max_buffered_body_bytes`` of request bodies.
 
     SPEC §5's overload answer (429 ``service_overloaded``, "retry later"), so one code keeps one
     status; the message says which limit.

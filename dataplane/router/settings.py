@@ -55,7 +55,7 @@ class RouterSettings:
     tls_key: Path | None = None
     health: HealthPolicy = field(default_factory=HealthPolicy)
     routes: RouteTable = field(default_factory=build_route_table)
-    # Issue 13 (hardening): request body memory; 0 = derived (see add_arguments).
+    # Request body memory; 0 = derived (see add_arguments).
     max_buffered_body_bytes: int = 0
     max_connection_body_bytes: int = 0
     upstream: UpstreamTimeouts = field(default_factory=UpstreamTimeouts)
@@ -219,7 +219,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="name reported to the control plane (default HOST-PID; with --processes N: ID/SLOT)",
     )
-    # Issue 13 (hardening). Request body memory, modelled on Envoy's overload manager and its
+    # Request body memory, modelled on Envoy's overload manager and its
     # per_connection_buffer_limit_bytes (dataplane.http.limits).
     parser.add_argument(
         "--max-buffered-body-bytes",

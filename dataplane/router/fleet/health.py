@@ -6,8 +6,8 @@
   per worker (unreachable, dropped mid-answer, timed out; never a 4xx or any answer the worker
   gave), ejects at ``eject_after_failures``, schedules probes for ejected workers with jittered,
   growing intervals (many routers must not probe in lock-step), and restores a worker on the first
-  successful probe. It also schedules the active checks of workers in rotation (issue 13 item 4:
-  a worker that hangs, e.g. SIGSTOPped, fails no request quickly, so passive ejection alone never
+  successful probe. It also schedules the active checks of workers in rotation (a worker
+  that hangs, e.g. SIGSTOPped, fails no request quickly, so passive ejection alone never
   sees it): every ``check_interval_s`` (jittered), ``eject_after_failures`` failed checks in a row
   eject it. Their failures are counted apart from the requests', so a worker that answers
   ``/health`` but drops requests is still ejected passively.

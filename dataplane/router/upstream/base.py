@@ -35,7 +35,7 @@ Headers = list[tuple[bytes, bytes]]
 
 @dataclass(frozen=True, slots=True)
 class UpstreamTimeouts:
-    """Deadlines of an exchange besides the whole-exchange ``timeout_s`` (issue 13 item 4), each
+    """Deadlines of an exchange besides the whole-exchange ``timeout_s`` (SPEC §5), each
     an ``UpstreamTimeout`` (504, a worker failure for ejection) when it passes.
 
     ``first_byte_s``: from sending the request to the worker's response head. For a non-streaming
