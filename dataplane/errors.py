@@ -80,6 +80,17 @@ class ServiceOverloaded(RouterError):
     status, code, default_message = 429, "service_overloaded", "admission queue is full, retry later"
 
 
+class BuffersFull(RouterError):
+    """The server holds its cap of request body bytes (``--max-buffered-body-bytes``): an overload
+    answer like Envoy's overload manager gives (503), retry later; the connection closes."""
+
+    status, code, default_message = (
+        503,
+        "buffers_full",
+        "the router holds too many request body bytes, retry later",
+    )
+
+
 class QueueTimeout(RouterError):
     status, code, default_message = 503, "queue_timeout", "timed out waiting for an admission slot"
 

@@ -52,8 +52,8 @@ connection aborted, h2 stream reset, ``ClientDisconnected``), pipelining depth, 
 
 Memory and floods: ``max_buffered_body_bytes`` bounds the request body bytes the
 server holds across all connections (bodies still arriving, and those of requests not yet
-answered); past it the largest bodies still arriving anywhere are refused 429
-``service_overloaded`` (HTTP/1.1: and the connection closes; h2: the stream is reset), so a
+answered); past it the largest bodies still arriving anywhere are refused 503
+``buffers_full`` (HTTP/1.1: and the connection closes; h2: the stream is reset), so a
 client trickling huge bodies loses before one sending a small request. ``max_connection_body_bytes``
 bounds the bodies in transit on one h2 connection (windows advertised no larger). On h2 every frame
 header is read before h2 parses it: a frame over our SETTINGS_MAX_FRAME_SIZE is a GOAWAY

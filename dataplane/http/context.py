@@ -29,7 +29,7 @@ class Connection(Protocol):
         """Bytes of the largest request body still arriving on this connection (0: none)."""
 
     def shed_body(self) -> None:
-        """Refuse that request (429 ``service_overloaded``) and drop its bytes."""
+        """Refuse that request (503 ``buffers_full``) and drop its bytes."""
 
 
 @dataclass(slots=True, eq=False)

@@ -10,7 +10,7 @@ buffered, and control-frame or empty-frame floods with GOAWAY(ENHANCE_YOUR_CALM)
 
 Request body memory: bodies still arriving on the connection are bounded by
 ``max_connection_body_bytes`` (the windows we advertise are capped at it; a stream passing it is
-refused 429 and reset), and every body the server holds by ``max_buffered_body_bytes``
+refused 503 and reset), and every body the server holds by ``max_buffered_body_bytes``
 (``ServerContext.make_room``: the largest bodies still arriving anywhere are refused first).
 
 A malformed request (RFC 9113 §8.1.1: bad fields, pseudo-headers, a content-length that the DATA

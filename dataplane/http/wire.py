@@ -7,7 +7,7 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Final, Literal
 
-from dataplane.errors import BadRequest, PayloadTooLarge, ServiceOverloaded, error_answer
+from dataplane.errors import BadRequest, BuffersFull, PayloadTooLarge, error_answer
 
 # RFC 9113 §3.4: a prior-knowledge client opens with this exact 24-byte preface.
 H2_PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -139,17 +139,11 @@ class VersionNotSupported(BadRequest):
     status, default_message = 505, "HTTP version not supported (HTTP/2 needs the connection preface)"
 
 
-class BodyBufferFull(ServiceOverloaded):
-    """The server holds ``max_buffered_body_bytes`` of request bodies.
-
-    SPEC §5's overload answer (429 ``service_overloaded``, "retry later"), so one code keeps one
-    status; the message says which limit.
-    """
-
-    default_message = "the server holds too many request body bytes, retry later"
+class BodyBufferFull(BuffersFull):
+    """The server holds ``max_buffered_body_bytes`` of request bodies (503 ``buffers_full``)."""
 
 
-class ConnectionBodyFull(ServiceOverloaded):
+class ConnectionBodyFull(BuffersFull):
     """Bodies still arriving on one connection passed ``max_connection_body_bytes``."""
 
     default_message = "too many request body bytes in transit on this connection, send fewer at once"

@@ -227,8 +227,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_whole,
         metavar="N",
         help="request body bytes held at once across all connections (bodies still arriving and "
-        "requests not yet answered; past it the largest bodies still arriving are refused 429 "
-        "service_overloaded); default the larger of 256 MiB and --max-connection-body-bytes",
+        "requests not yet answered; past it the largest bodies still arriving are refused 503 "
+        "buffers_full); default the larger of 256 MiB and --max-connection-body-bytes",
     )
     parser.add_argument(
         "--max-connection-body-bytes",

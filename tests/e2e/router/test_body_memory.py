@@ -4,7 +4,7 @@ admission; the bodies still arriving are bounded too).
 20 connections each send most of a 30 MB body and stall (before: +602 MB of RSS with
 ``--max-concurrency 4``, the bodies being buffered outside admission). The router holds at most
 ``--max-buffered-body-bytes`` (256 MiB by default) of request bodies: past it the largest bodies
-still arriving are refused with 429 ``service_overloaded``, and a client with a small request is
+still arriving are refused with 503 ``buffers_full``, and a client with a small request is
 still answered meanwhile.
 """
 
@@ -56,7 +56,7 @@ def _answers(socks: list[socket.socket]) -> list[bytes]:
 
 def test_unfinished_http1_bodies_stay_under_the_cap(router: RouterProcess) -> None:
     """20 HTTP/1.1 bodies of 30 MB, each stalled before its last byte: the router's RSS grows by
-    less than the 256 MiB cap plus slack, some attackers get 429 service_overloaded, and small
+    less than the 256 MiB cap plus slack, some attackers get 503 buffers_full, and small
     chat requests on other connections are answered 200 throughout."""
     before = peak = rss_bytes(router.pid)
     head = (
@@ -82,15 +82,15 @@ def test_unfinished_http1_bodies_stay_under_the_cap(router: RouterProcess) -> No
     for sock in socks:
         sock.close()
     assert peak - before < CAP + SLACK, (before, peak)
-    refused = [a for a in answers if a.startswith(b"HTTP/1.1 429 ")]
-    assert refused and all(b"x-router-error-code: service_overloaded" in a for a in refused), answers
+    refused = [a for a in answers if a.startswith(b"HTTP/1.1 503 ")]
+    assert refused and all(b"x-router-error-code: buffers_full" in a for a in refused), answers
     assert bystander.statuses and set(bystander.statuses) == {200}, (bystander.statuses, bystander.errors)
 
 
 def test_unfinished_h2_bodies_stay_under_the_cap(router: RouterProcess) -> None:
     """The same over h2c: 20 connections, each with two streams sending 15 MB and never ending
     them (each within the windows the router advertises): RSS stays under the cap plus slack,
-    the largest streams are refused 429, and small requests are still answered."""
+    the largest streams are refused 503, and small requests are still answered."""
     before = peak = rss_bytes(router.pid)
     uploaders = [H2Uploader(router.port) for _ in range(ATTACKERS)]
     streams = [(u, u.open()) for u in uploaders for _ in range(2)]
@@ -108,5 +108,5 @@ def test_unfinished_h2_bodies_stay_under_the_cap(router: RouterProcess) -> None:
     for uploader in uploaders:
         uploader.close()
     assert peak - before < CAP + SLACK, (before, peak)
-    assert refused and set(refused) == {429}, refused
+    assert refused and set(refused) == {503}, refused
     assert bystander.statuses and set(bystander.statuses) == {200}, (bystander.statuses, bystander.errors)

@@ -25,7 +25,7 @@ def head(size: int, path: str = "/up") -> bytes:
 
 async def test_the_largest_body_still_arriving_is_refused_to_make_room() -> None:
     """Cap 2 MiB: two stalled 900 KiB bodies, then a 400 KiB one that would pass the cap: the
-    stalled body that is larger than it gets 429 service_overloaded and its connection closes;
+    stalled body that is larger than it gets 503 buffers_full and its connection closes;
     the new body and a small request are answered."""
     async with serving(sized, max_body_bytes=1024 * KIB, max_buffered_body_bytes=2048 * KIB) as server:
         (r1, w1), (r2, w2) = await h1_open(server.port), await h1_open(server.port)
@@ -41,9 +41,9 @@ async def test_the_largest_body_still_arriving_is_refused_to_make_room() -> None
         for reader in (r1, r2):
             with contextlib.suppress(TimeoutError):
                 refused.append(await reader.read(wait_s=0.5))
-        assert [a.status for a in refused] == [429]
-        assert refused[0].header(b"x-router-error-code") == b"service_overloaded"
-        assert json.loads(refused[0].body)["error"]["code"] == "service_overloaded"
+        assert [a.status for a in refused] == [503]
+        assert refused[0].header(b"x-router-error-code") == b"buffers_full"
+        assert json.loads(refused[0].body)["error"]["code"] == "buffers_full"
         assert refused[0].header(b"connection") == b"close"
         r4, w4 = await h1_open(server.port)
         w4.write(post("/small", b"c" * 100))
@@ -61,7 +61,7 @@ async def test_a_body_larger_than_every_other_is_the_one_refused() -> None:
         await asyncio.sleep(0.1)
         big_r, big_w = await h1_open(server.port)
         big_w.write(head(1024 * KIB) + b"b" * (1024 * KIB))
-        assert (await big_r.read()).status == 429
+        assert (await big_r.read()).status == 503
         small_w.write(b"a" * (50 * KIB))
         assert (await small_r.read()).status == 200
         small_w.close()
@@ -85,7 +85,7 @@ async def test_bodies_of_requests_not_yet_answered_still_count() -> None:
         await asyncio.sleep(0.2)
         r2, w2 = await h1_open(server.port)
         w2.write(post("/next", b"n" * (300 * KIB)))
-        assert (await r2.read()).status == 429
+        assert (await r2.read()).status == 503
         release.set()
         assert (await r1.read()).body == b"819200"
         r3, w3 = await h1_open(server.port)
@@ -97,7 +97,7 @@ async def test_bodies_of_requests_not_yet_answered_still_count() -> None:
 
 async def test_h2_bodies_in_transit_on_one_connection_are_capped() -> None:
     """max_connection_body_bytes 1 MiB: a third stream pushing the connection's unfinished bodies
-    past it is refused 429 and reset; the two others complete; the windows we advertise are no
+    past it is refused 503 and reset; the two others complete; the windows we advertise are no
     larger than the cap."""
     async with serving(sized, max_body_bytes=512 * KIB, max_connection_body_bytes=1024 * KIB) as server:
         client = await H2Client.open(server.port)
@@ -107,8 +107,8 @@ async def test_h2_bodies_in_transit_on_one_connection_are_capped() -> None:
         await client.send_body(b, b"b" * (400 * KIB), end=False)
         await client.send_body(c, b"c" * (400 * KIB), end=False)
         refused = await client.response(c)
-        assert refused.status == 429
-        assert dict(refused.headers)[b"x-router-error-code"] == b"service_overloaded"
+        assert refused.status == 503
+        assert dict(refused.headers)[b"x-router-error-code"] == b"buffers_full"
         await client.send_body(a, b"a" * (100 * KIB))
         await client.send_body(b, b"b" * (100 * KIB))
         assert bytes((await client.response(a)).body) == b"512000"
@@ -128,6 +128,6 @@ async def test_h2_streams_share_the_server_cap() -> None:
         sid = other.request(b"POST", b"/up", end=False)
         await other.send_body(sid, b"o" * (700 * KIB))
         assert bytes((await other.response(sid)).body) == b"716800"
-        assert (await stalled.response(big)).status == 429
+        assert (await stalled.response(big)).status == 503
         await stalled.close()
         await other.close()
