@@ -25,8 +25,8 @@ from dataplane.router.control.channel import control_settings
 from dataplane.router.control.client import subscription
 from dataplane.router.control.convert import ControlConfigError
 from dataplane.router.fleet.discovery import DiscoveryError
-from dataplane.router.fleet.health import WorkerHealth
 from dataplane.router.fleet.late_workers import LateDiscovery, discover_fleet
+from dataplane.router.fleet.probing import WorkerHealth
 from dataplane.router.fleet.workers import Worker, WorkerUrlError, make_pool
 from dataplane.router.metrics import RouterMetrics
 from dataplane.router.path.forwarder import ProxyConfig

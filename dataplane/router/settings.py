@@ -174,7 +174,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-body-bytes", default=32 * MIB, type=_whole, metavar="N", help="largest request body"
     )
-    # SPEC §5: a worker that fails repeatedly is ejected and probed back (``health.py``).
+    # SPEC §5: a worker that fails repeatedly is ejected and probed back (``fleet.health``, ``fleet.probing``).
     defaults = HealthPolicy()
     parser.add_argument(
         "--eject-after-failures",

@@ -101,6 +101,7 @@ PURE_MODULES = (
     "dataplane/router/headers.py",
     "dataplane/router/body.py",
     "dataplane/router/balancer.py",
+    "dataplane/router/fleet/health.py",
     "dataplane/router/upstream/h2c/codec.py",
     "dataplane/router/upstream/h2c/output.py",
     "dataplane/router/upstream/h2c/frames.py",

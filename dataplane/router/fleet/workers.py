@@ -7,7 +7,7 @@ an immutable index (model -> workers) rebuilt only when the set changes, never p
 
 The protocol of a worker is chosen in exactly one place, ``make_pool``. Health (``healthy``,
 ``record_success``/``record_failure``) is the seam where passive ejection and active probing
-plug in (``health``); the request path only reads ``healthy``.
+plug in (``health``, ``probing``); the request path only reads ``healthy``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataplane.errors import UpstreamUnreachable
-from dataplane.router.fleet.health import HealthPolicy, HealthTracker, WorkerHealth
+from dataplane.router.fleet.health import HealthPolicy, HealthTracker
+from dataplane.router.fleet.probing import WorkerHealth
 
 
 class Clock:

@@ -6,7 +6,8 @@ import asyncio
 import random
 
 from dataplane.errors import UpstreamTimeout
-from dataplane.router.fleet.health import HealthPolicy, HealthTracker, WorkerHealth
+from dataplane.router.fleet.health import HealthPolicy, HealthTracker
+from dataplane.router.fleet.probing import WorkerHealth
 
 
 class Clock:
