@@ -31,7 +31,16 @@ def test_eject_threshold_and_slow_probing_follow_the_flags() -> None:
     --health-probe-interval-s 60 it stays out for now even once it answers again."""
     with EngineSim() as good, EngineSim() as doomed:
         port = doomed.port
-        flags = ("--eject-after-failures", "4", "--health-probe-interval-s", "60")
+        # Active checks off: this is passive ejection (a failed check would eject it too, and
+        # race the requests for the failure that counts).
+        flags = (
+            "--eject-after-failures",
+            "4",
+            "--health-probe-interval-s",
+            "60",
+            "--health-check-interval-s",
+            "0",
+        )
         with RouterProcess(
             "--policy", "round_robin", "--worker", good.url, "--worker", doomed.url, *flags
         ) as router:
@@ -50,7 +59,9 @@ def test_eject_on_first_failure_and_fast_probing_follow_the_flags() -> None:
     brings the worker back within a second of it answering /health again."""
     with EngineSim() as good, EngineSim() as doomed:
         port = doomed.port
-        flags = (
+        flags = (  # active checks off, as above
+            "--health-check-interval-s",
+            "0",
             "--eject-after-failures",
             "1",
             "--health-probe-interval-s",
