@@ -1,8 +1,11 @@
 """The ``LoadStat`` frame codec of SPEC §7, byte for byte as SGLang's engine publishes it.
 
 Frame: ``[b"load", seq as 8-byte big-endian signed int, msgpack(LoadStat)]`` where
-``LoadStat`` is an ``array_like``, tagged msgspec Struct:
-``["LoadStat", num_running_reqs, num_waiting_reqs, num_tokens, max_total_num_tokens, attn_dp_rank]``.
+``LoadStat`` is an ``array_like``, tagged msgspec Struct of eleven positions (SGLang 0.5.23):
+``["LoadStat", num_running_reqs, num_waiting_reqs, num_tokens, max_total_num_tokens, attn_dp_rank,
+num_waiting_uncached_tokens, num_total_tokens, max_running_requests, total_prefill_uncached_tokens,
+total_prefill_busy_us]``. The last five were appended to the original six: a six-position frame of
+an older engine is valid and reads them as None (unknown), and encodes back to those six.
 
 A shared leaf: stdlib + msgspec only, imported by the engine side (publisher) and the
 control plane (consumer). ``array_like`` structs are append-only: never reorder fields.
@@ -32,12 +35,39 @@ _Count = Annotated[int, msgspec.Meta(ge=0, lt=MAX_COUNT)]
 
 
 class LoadStat(msgspec.Struct, array_like=True, gc=False, tag=True, frozen=True):
-    """One scheduler's load; ``attn_dp_rank`` may be nil (SPEC §7)."""
+    """One scheduler's load; ``attn_dp_rank`` may be nil (SPEC §7). Append-only.
+
+    The appended counts (SGLang's ``load_publisher.LoadStat``): ``num_waiting_uncached_tokens``
+    (prompt tokens awaiting prefill, cached prefixes excluded), ``num_total_tokens`` (KV tokens in
+    use plus every queued request's tokens), ``max_running_requests`` (the running-request limit),
+    ``total_prefill_uncached_tokens`` and ``total_prefill_busy_us`` (cumulative since the engine
+    started: their deltas give the prefill rate). None: the engine did not send it.
+    """
 
     num_running_reqs: _Count
     num_waiting_reqs: _Count
     num_tokens: _Count
     max_total_num_tokens: _Count
+    attn_dp_rank: int | None = None
+    num_waiting_uncached_tokens: _Count | None = None
+    num_total_tokens: _Count | None = None
+    max_running_requests: _Count | None = None
+    total_prefill_uncached_tokens: _Count | None = None
+    total_prefill_busy_us: _Count | None = None
+
+    @property
+    def extended(self) -> bool:
+        """Whether it carries the appended counts (an 11-position frame)."""
+        return self.num_waiting_uncached_tokens is not None
+
+
+class _LoadStatV1(msgspec.Struct, array_like=True, gc=False, tag="LoadStat", frozen=True):
+    """The original six positions: how a stat without the appended counts is encoded."""
+
+    num_running_reqs: int
+    num_waiting_reqs: int
+    num_tokens: int
+    max_total_num_tokens: int
     attn_dp_rank: int | None = None
 
 
@@ -47,17 +77,29 @@ class WireError(ValueError):
 
 _encoder = msgspec.msgpack.Encoder()
 # Extra trailing elements are ignored: array_like decoding tolerates them unless
-# forbid_unknown_fields is set, which later SGLang revisions rely on (7th element).
+# forbid_unknown_fields is set, which later SGLang revisions rely on (a 12th element).
 _decoder = msgspec.msgpack.Decoder(LoadStat)
 
 
 def encode_stat(stat: LoadStat) -> bytes:
-    return _encoder.encode(stat)
+    """SGLang 0.5.23's eleven positions when the stat has the appended counts, else the six of
+    older engines (never trailing nils a decoder would read as present-but-unknown)."""
+    if stat.num_waiting_uncached_tokens is not None:
+        return _encoder.encode(stat)
+    return _encoder.encode(
+        _LoadStatV1(
+            stat.num_running_reqs,
+            stat.num_waiting_reqs,
+            stat.num_tokens,
+            stat.max_total_num_tokens,
+            stat.attn_dp_rank,
+        )
+    )
 
 
 def encode_frame(seq: int, stat: LoadStat) -> tuple[bytes, bytes, bytes]:
     """The three frames of one publish."""
-    return (LOAD_TOPIC, seq.to_bytes(SEQ_BYTES, "big", signed=True), _encoder.encode(stat))
+    return (LOAD_TOPIC, seq.to_bytes(SEQ_BYTES, "big", signed=True), encode_stat(stat))
 
 
 def decode_frame(frames: list[bytes] | tuple[bytes, ...]) -> tuple[int, LoadStat]:

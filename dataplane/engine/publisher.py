@@ -1,10 +1,18 @@
 """The per-scheduler ``LoadStat`` publisher an engine embeds (SPEC §7, reference C.1).
 
-The scheduler loop calls :meth:`LoadPublisher.publish` on every iteration, busy or idle.
-:class:`PublishGate` (pure, injected clock) decides whether this call sends: at most every
-5th call unless forced; a changed stat at once; an unchanged one once per second, the
-heartbeat that keeps consumers' view FRESH. The adapter owns the ZMQ PUB socket and
-never lets a failure escape into the scheduler loop: it logs once per failure episode.
+The scheduler loop calls :meth:`LoadPublisher.publish` as SGLang 0.5.23's does: after every
+batch (forced after a prefill batch) and on every idle iteration (forced). :class:`PublishGate`
+(pure, injected clock) decides whether this call sends: at most every ``interval``-th call unless
+forced (SPEC §7: 5; SGLang 0.5.23 follows ``--load-snapshot-publish-interval``, default 15); a
+changed stat at once; an unchanged one once per second, the heartbeat that keeps consumers' view
+FRESH. Changes are judged on every count the stat carries (0.5.23 dedups on all nine). The
+adapter owns the ZMQ PUB socket and never lets a failure escape into the scheduler loop: it logs
+once per failure episode.
+
+A provider returns the four counts of the original ``LoadStat`` (a six-position frame) or all
+nine of SGLang 0.5.23 (eleven positions): ``(running, waiting, KV tokens in use, KV capacity,
+waiting uncached tokens, total tokens, max running requests, cumulative prefill uncached tokens,
+cumulative prefill busy µs)``.
 """
 
 from __future__ import annotations
@@ -30,8 +38,10 @@ LOAD_PUBLISH_HEARTBEAT_S = 1.0
 # an option because it breaks multipart messages (reference C.1).
 LOAD_PUB_HWM = 8
 
-Counts = tuple[int, int, int, int]
-"""``(num_running_reqs, num_waiting_reqs, num_tokens, max_total_num_tokens)``."""
+Counts = tuple[int, ...]
+"""4 counts ``(num_running_reqs, num_waiting_reqs, num_tokens, max_total_num_tokens)``, or those and
+the 5 appended ones (``num_waiting_uncached_tokens, num_total_tokens, max_running_requests,
+total_prefill_uncached_tokens, total_prefill_busy_us``)."""
 
 log = structlog.get_logger(__name__)
 
@@ -87,12 +97,13 @@ class LoadPublisher:
         attn_dp_rank: int | None,
         endpoint: str = "",
         clock: Callable[[], float] = time.monotonic,
+        interval: int = LOAD_PUBLISH_INTERVAL,
     ) -> None:
         self._socket = socket
         self.attn_dp_rank = attn_dp_rank
         self.endpoint = endpoint
         self._clock = clock
-        self._gate = PublishGate()
+        self._gate = PublishGate(interval=max(1, interval))
         self._seq = 0  # the seq of the next frame that goes out: one per published frame
         self._failing = False
 
@@ -108,6 +119,7 @@ class LoadPublisher:
         attn_dp_rank: int | None,
         clock: Callable[[], float] = time.monotonic,
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
+        interval: int = LOAD_PUBLISH_INTERVAL,
     ) -> LoadPublisher:
         """A publisher bound at ``endpoint``; raises :class:`PublisherBindError` if it cannot bind."""
         ctx = context if context is not None else zmq.Context.instance()
@@ -122,7 +134,7 @@ class LoadPublisher:
         except zmq.ZMQError as exc:
             sock.close(linger=0)
             raise PublisherBindError(f"cannot bind load publisher at {endpoint}: {exc}") from None
-        return cls(sock, attn_dp_rank=attn_dp_rank, endpoint=endpoint, clock=clock)
+        return cls(sock, attn_dp_rank=attn_dp_rank, endpoint=endpoint, clock=clock, interval=interval)
 
     @property
     def enabled(self) -> bool:
@@ -141,8 +153,7 @@ class LoadPublisher:
             now = self._clock()
             if not self._gate.should_send(counts, now):
                 return False
-            stat = LoadStat(*counts, attn_dp_rank=self.attn_dp_rank)
-            self._socket.send_multipart(encode_frame(self._seq, stat), zmq.NOBLOCK)
+            self._socket.send_multipart(encode_frame(self._seq, self._stat(counts)), zmq.NOBLOCK)
         except Exception as exc:  # never raised into the scheduler loop (SPEC §7)
             if not self._failing:
                 self._failing = True
@@ -161,6 +172,25 @@ class LoadPublisher:
         self._gate.sent(counts, now)
         return True
 
+    def _stat(self, counts: Counts) -> LoadStat:
+        if len(counts) == 4:
+            return LoadStat(*counts, attn_dp_rank=self.attn_dp_rank)
+        if len(counts) != 9:
+            raise ValueError(f"a load provider returns 4 or 9 counts, got {len(counts)}")
+        running, waiting, tokens, capacity, uncached, total, max_running, prefilled, busy_us = counts
+        return LoadStat(
+            running,
+            waiting,
+            tokens,
+            capacity,
+            self.attn_dp_rank,
+            uncached,
+            total,
+            max_running,
+            prefilled,
+            busy_us,
+        )
+
     def close(self) -> None:
         if self._socket is not None:
             self._socket.close(linger=0)
@@ -178,6 +208,7 @@ def create_load_publisher(
     attn_cp_rank: int = 0,
     clock: Callable[[], float] = time.monotonic,
     context: zmq.Context[zmq.Socket[bytes]] | None = None,
+    interval: int = LOAD_PUBLISH_INTERVAL,
 ) -> LoadPublisher:
     """The publisher of one scheduler: bound at ``base + rank`` when it is a publishing rank."""
     if load_range is None or not is_load_publisher_rank(
@@ -185,4 +216,6 @@ def create_load_publisher(
     ):
         return LoadPublisher.disabled()
     rank = select_publisher_dp_rank(attn_dp_size=attn_dp_size, attn_dp_rank=attn_dp_rank, dp_rank=dp_rank)
-    return LoadPublisher.bind(load_range.endpoint(rank), attn_dp_rank=rank, clock=clock, context=context)
+    return LoadPublisher.bind(
+        load_range.endpoint(rank), attn_dp_rank=rank, clock=clock, context=context, interval=interval
+    )

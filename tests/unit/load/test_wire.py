@@ -14,6 +14,14 @@ from controlplane.load.wire import LOAD_TOPIC, LoadStat, WireError, decode_frame
 # SGLang's engine: msgspec.msgpack.Encoder().encode(LoadStat(1, 2, 3, 4, 0)) (reference C.1).
 GOLDEN_WITH_RANK = bytes.fromhex("96a84c6f6164537461740102030400")
 GOLDEN_WITHOUT_RANK = bytes.fromhex("96a84c6f61645374617401020304c0")
+# SGLang 0.5.23's real SchedulerLoadPublisher on a real ZMQ socket (tests/unit/sglang_oracle/
+# test_load_publisher.py captures it again), for a snapshot of running 3, waiting 2, 1500 KV tokens
+# of 262144, rank 0, 700 uncached waiting tokens, 2200 total, limit 256, 123456 prefilled tokens
+# in 78901 µs: 11 positions.
+GOLDEN_SGLANG_0_5_23 = bytes.fromhex(
+    "9ba84c6f6164537461740302cd05dcce0004000000cd02bccd0898cd0100ce0001e240ce00013435"
+)
+STAT_SGLANG_0_5_23 = LoadStat(3, 2, 1500, 262144, 0, 700, 2200, 256, 123456, 78901)
 _raw = msgspec.msgpack.Encoder()
 
 
@@ -43,17 +51,35 @@ def test_decode_golden_with_and_without_rank() -> None:
     assert decode_frame((b"load", seq0, GOLDEN_WITHOUT_RANK)) == (0, LoadStat(1, 2, 3, 4, None))
 
 
+def test_golden_sglang_0_5_23_frame_decodes_and_encodes_back() -> None:
+    """The 11-position frame SGLang 0.5.23's publisher sent decodes to every count, and our encoder
+    writes exactly those bytes for that stat."""
+    assert decode_frame([b"load", bytes(8), GOLDEN_SGLANG_0_5_23]) == (0, STAT_SGLANG_0_5_23)
+    assert encode_stat(STAT_SGLANG_0_5_23) == GOLDEN_SGLANG_0_5_23
+    assert STAT_SGLANG_0_5_23.extended and not LoadStat(1, 2, 3, 4, 0).extended
+
+
+def test_six_position_frames_read_the_appended_counts_as_unknown() -> None:
+    """An older engine's frame is valid: the five appended counts are None, and it encodes back to six."""
+    _, stat = decode_frame([b"load", bytes(8), GOLDEN_WITH_RANK])
+    assert (stat.num_waiting_uncached_tokens, stat.num_total_tokens, stat.max_running_requests) == (None,) * 3
+    assert (stat.total_prefill_uncached_tokens, stat.total_prefill_busy_us) == (None, None)
+    assert encode_stat(stat) == GOLDEN_WITH_RANK
+
+
 def test_decode_tolerates_extra_trailing_elements() -> None:
-    """A later engine revision's 7th element (pending_prefill_tokens) is ignored."""
-    payload = _raw.encode(["LoadStat", 5, 6, 7, 8, 1, 99])
-    assert decode_frame([b"load", (3).to_bytes(8, "big"), payload]) == (3, LoadStat(5, 6, 7, 8, 1))
+    """A later engine revision's 12th element is ignored."""
+    payload = _raw.encode(["LoadStat", 5, 6, 7, 8, 1, 9, 10, 11, 12, 13, 99])
+    expected = LoadStat(5, 6, 7, 8, 1, 9, 10, 11, 12, 13)
+    assert decode_frame([b"load", (3).to_bytes(8, "big"), payload]) == (3, expected)
 
 
 def test_decode_tolerates_trailing_elements_of_a_few_kib() -> None:
     """Extra trailing elements are valid whatever they hold (SPEC §7), up to the ingest's frame limit."""
-    payload = _raw.encode(["LoadStat", 5, 6, 7, 8, 1, "x" * 4000, list(range(2000))])
+    payload = _raw.encode(["LoadStat", 5, 6, 7, 8, 1, 9, 10, 11, 12, 13, "x" * 4000, list(range(2000))])
     assert len(payload) > 4096
-    assert decode_frame([b"load", (3).to_bytes(8, "big"), payload]) == (3, LoadStat(5, 6, 7, 8, 1))
+    expected = LoadStat(5, 6, 7, 8, 1, 9, 10, 11, 12, 13)
+    assert decode_frame([b"load", (3).to_bytes(8, "big"), payload]) == (3, expected)
 
 
 def test_decode_tolerates_missing_rank_element() -> None:
@@ -66,10 +92,13 @@ def test_decode_tolerates_missing_rank_element() -> None:
     seq=st.integers(0, 2**63 - 1),
     counts=st.tuples(*[st.integers(0, 2**52 - 1)] * 4),
     rank=st.none() | st.integers(0, 1024),
+    appended=st.none() | st.tuples(*[st.integers(0, 2**52 - 1)] * 5),
 )
-def test_round_trip(seq: int, counts: tuple[int, int, int, int], rank: int | None) -> None:
-    """decode_frame inverts encode_frame for every valid stat."""
-    stat = LoadStat(*counts, attn_dp_rank=rank)
+def test_round_trip(
+    seq: int, counts: tuple[int, int, int, int], rank: int | None, appended: tuple[int, ...] | None
+) -> None:
+    """decode_frame inverts encode_frame for every valid stat, six or eleven positions."""
+    stat = LoadStat(*counts, rank, *(appended or ()))
     assert decode_frame(encode_frame(seq, stat)) == (seq, stat)
 
 
@@ -97,6 +126,8 @@ MALFORMED: list[tuple[str, list[bytes]]] = [
     ("float count", [b"load", _SEQ, _raw.encode(["LoadStat", 1.5, 2, 3, 4, 0])]),
     ("string rank", [b"load", _SEQ, _raw.encode(["LoadStat", 1, 2, 3, 4, "0"])]),
     ("negative count", [b"load", _SEQ, _raw.encode(["LoadStat", 1, -2, 3, 4, 0])]),
+    ("negative appended count", [b"load", _SEQ, _raw.encode(["LoadStat", 1, 2, 3, 4, 0, 5, -6, 7, 8, 9])]),
+    ("string appended count", [b"load", _SEQ, _raw.encode(["LoadStat", 1, 2, 3, 4, 0, "5", 6, 7, 8, 9])]),
     ("count beyond int64 sums", [b"load", _SEQ, _raw.encode(["LoadStat", 1, 2, 2**64 - 1, 4, 0])]),
     ("trailing bytes", [b"load", _SEQ, GOLDEN_WITH_RANK + b"\x00"]),
 ]
