@@ -27,16 +27,17 @@ class WireError(AssertionError):
 
 
 def decode(parts: list[bytes]) -> tuple[int, list[Any]]:
-    """SPEC §7 by hand: 3 frames, topic ``load``, 8-byte big-endian signed seq, msgpack array."""
+    """SPEC §7 by hand: 3 frames, topic ``load``, 8-byte big-endian signed seq, msgpack array of
+    the six original positions or SGLang 0.5.23's eleven (the appended five counts)."""
     if len(parts) != 3:
         raise WireError(f"{len(parts)} frames")
     topic, seq_raw, payload = parts
     if topic != b"load" or len(seq_raw) != 8:
         raise WireError(f"topic {topic!r}, seq {seq_raw!r}")
     stat = msgspec.msgpack.decode(payload)
-    if not (isinstance(stat, list) and len(stat) == 6 and stat[0] == "LoadStat"):
+    if not (isinstance(stat, list) and len(stat) in (6, 11) and stat[0] == "LoadStat"):
         raise WireError(f"payload {stat!r}")
-    if not all(type(v) is int and v >= 0 for v in stat[1:5]):
+    if not all(type(v) is int and v >= 0 for v in (*stat[1:5], *stat[6:])):
         raise WireError(f"counts {stat!r}")
     if stat[5] is not None and type(stat[5]) is not int:
         raise WireError(f"rank {stat!r}")

@@ -110,6 +110,10 @@ PURE_MODULES = (
     "dataplane/router/process/merge.py",
     "dataplane/engine/endpoints.py",
     "dataplane/engine/sim/scheduler.py",
+    "dataplane/engine/sim/costs.py",
+    "dataplane/engine/sim/prefix_cache.py",
+    "dataplane/engine/sim/prompts.py",
+    "dataplane/engine/sim/lengths.py",
     "dataplane/engine/sim/forms.py",
 )
 IO_MODULES = frozenset(

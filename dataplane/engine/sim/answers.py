@@ -26,13 +26,20 @@ class Job:
     model: str
     prompt_tokens: int
     max_new_tokens: int
-    capped: bool  # the client set the token cap (finish_reason "length")
+    capped: bool  # the client set the token cap (finish_reason "length" when it is reached)
     choices: int  # n x batch size
     stream: bool
     include_usage: bool
     headers: list[tuple[bytes, bytes]]
     # Request fields an answer repeats (the Responses object echoes instructions, temperature…).
     echo: dict[str, Any] = field(default_factory=dict)
+    # The prompt's bytes as the prefix cache sees them (``prompts``); empty: never cached.
+    prompt: bytes = b""
+
+
+def hit_cap(job: Job, generated: int) -> bool:
+    """Whether the answer ended at the client's token cap ("length") rather than a stop token."""
+    return job.capped and generated >= job.max_new_tokens
 
 
 # Everything in a chat/completion body but its id and creation time depends only on this key, so
@@ -61,7 +68,8 @@ _CACHED_MODEL_CHARS = 256
 
 def full_body(job: Job, generated: int) -> bytes:
     """The whole non-streamed answer of ``job`` after ``generated`` tokens per sequence."""
-    reason = r.finish_reason(job.capped)
+    capped = hit_cap(job, generated)
+    reason = r.finish_reason(capped)
     other = _OTHER_BODIES.get(job.kind)
     if other is not None:
         return other(job, generated)
@@ -78,7 +86,7 @@ def full_body(job: Job, generated: int) -> bytes:
             text,
             r.GenerateMeta(
                 r.new_id("gen"),
-                r.FinishReason(reason, generated if job.capped else None),
+                r.FinishReason(reason, generated if capped else None),
                 job.prompt_tokens,
                 generated,
             ),
@@ -89,14 +97,15 @@ def full_body(job: Job, generated: int) -> bytes:
 
 
 def _generate_outs(job: Job, generated: int) -> list[r.GenerateOut]:
-    reason = r.finish_reason(job.capped)
+    capped = hit_cap(job, generated)
+    reason = r.finish_reason(capped)
     text = r.token_text(0, generated)
     return [
         r.GenerateOut(
             text,
             r.GenerateMeta(
                 r.new_id("gen"),
-                r.FinishReason(reason, generated if job.capped else None),
+                r.FinishReason(reason, generated if capped else None),
                 job.prompt_tokens,
                 generated,
             ),
@@ -107,7 +116,7 @@ def _generate_outs(job: Job, generated: int) -> list[r.GenerateOut]:
 
 def _responses_body(job: Job, generated: int) -> bytes:
     text = r.token_text(0, generated)
-    status = "incomplete" if job.capped else "completed"
+    status = "incomplete" if hit_cap(job, generated) else "completed"
     output = [r.responses_message(r.new_id("msg"), text, "completed")]
     usage = r.responses_usage(job.prompt_tokens, generated)
     return r.encode(
@@ -118,12 +127,14 @@ def _responses_body(job: Job, generated: int) -> bytes:
 def _messages_body(job: Job, generated: int) -> bytes:
     usage = {"input_tokens": job.prompt_tokens, "output_tokens": generated}
     text = r.token_text(0, generated)
-    return r.encode(r.anthropic_message(r.new_id("msg"), job.model, text, _stop_reason(job), usage))
+    return r.encode(
+        r.anthropic_message(r.new_id("msg"), job.model, text, _stop_reason(job, generated), usage)
+    )
 
 
-def _stop_reason(job: Job) -> str:
+def _stop_reason(job: Job, generated: int) -> str:
     # anthropic/serving.py STOP_REASON_MAP: length -> max_tokens, stop -> end_turn.
-    return "max_tokens" if job.capped else "end_turn"
+    return "max_tokens" if hit_cap(job, generated) else "end_turn"
 
 
 def _ollama_body(job: Job, generated: int) -> bytes:
@@ -210,7 +221,8 @@ class StreamBody:
         job = self.job
         if job.kind in _NAMED_STREAMS:
             return self._named_closing(generated)
-        reason = r.finish_reason(job.capped)
+        capped = hit_cap(job, generated)
+        reason = r.finish_reason(capped)
         used = r.usage(job.prompt_tokens, job.choices * generated)
         records: list[bytes] = []
         if job.kind == "chat":
@@ -230,7 +242,7 @@ class StreamBody:
         else:
             meta = r.GenerateMeta(
                 self.id,
-                r.FinishReason(reason, generated if job.capped else None),
+                r.FinishReason(reason, generated if capped else None),
                 job.prompt_tokens,
                 generated,
             )
@@ -294,7 +306,7 @@ class StreamBody:
         if job.kind == "responses":
             where = {"output_index": 0, "item_id": self.item, "content_index": 0}
             item = r.responses_message(self.item, text, "completed")
-            status = "incomplete" if job.capped else "completed"
+            status = "incomplete" if hit_cap(job, generated) else "completed"
             usage = r.responses_usage(job.prompt_tokens, generated)
             final = r.responses_object(self.id, self.created, job.model, job.echo, status, [item], usage)
             return b"".join(
@@ -308,7 +320,7 @@ class StreamBody:
         if job.kind == "messages":
             end = {
                 "type": "message_delta",
-                "delta": {"stop_reason": _stop_reason(job)},
+                "delta": {"stop_reason": _stop_reason(job, generated)},
                 "usage": {"output_tokens": generated},
             }
             return b"".join(

@@ -55,6 +55,7 @@ from dataplane.engine.sim.models import (
     untyped_sampling,
     verify_sampling,
 )
+from dataplane.engine.sim.prompts import content_bytes, prompt_blocks, text_bytes
 from dataplane.engine.sim.ranks import Progress, RankPicker, SimRank
 from dataplane.engine.sim.scheduler import CapacityError, SimRequest
 from dataplane.http.request import ClientDisconnected, Request, Responder
@@ -76,6 +77,10 @@ class SimApp:
         self._ranks = ranks
         self._picker = RankPicker(ranks)
         self._model = model
+        # Prompts are read for the prefix cache only where decoding takes time (an instant rank
+        # never holds KV): the router benchmarks' path pays nothing for it.
+        self._caching = any(not rank.scheduler.costs.is_instant for rank in ranks)
+        self._block_size = ranks[0].scheduler.cache.block_size if ranks else 16
         created = int(time.time())
         get_bodies = {
             b"/health": b"",
@@ -224,6 +229,8 @@ class SimApp:
             include_usage,
             headers,
         )
+        if self._caching:
+            job.prompt = b"".join(content_bytes(m.content) for m in req.messages)
         return self._serve(job, responder)
 
     def _completion(self, request: Request, responder: Responder) -> Awaitable[None] | None:
@@ -250,6 +257,8 @@ class SimApp:
             include_usage,
             headers,
         )
+        if self._caching:
+            job.prompt = text_bytes(req.prompt)
         return self._serve(job, responder)
 
     def _generate(self, request: Request, responder: Responder) -> Awaitable[None] | None:
@@ -275,6 +284,8 @@ class SimApp:
             False,
             headers,
         )
+        if self._caching:
+            job.prompt = text_bytes(req.input_ids if req.input_ids is not None else req.text)
         return self._serve(job, responder)
 
     def _responses(self, request: Request, responder: Responder) -> Awaitable[None] | None:
@@ -312,6 +323,8 @@ class SimApp:
             headers,
             echo,
         )
+        if self._caching:
+            job.prompt = text_bytes(req.input) if isinstance(req.input, str) else orjson.dumps(req.input)
         return self._serve(job, responder)
 
     def _messages(self, request: Request, responder: Responder) -> Awaitable[None] | None:
@@ -338,6 +351,8 @@ class SimApp:
             False,
             headers,
         )
+        if self._caching:
+            job.prompt = b"".join(content_bytes(m.content) for m in req.messages)
         return self._serve(job, responder)
 
     def _ollama_chat(self, request: Request, responder: Responder) -> Awaitable[None] | None:
@@ -562,7 +577,10 @@ class SimApp:
             responder.respond(400, [*r.JSON_HEADERS, job.headers[-1]], r.openai_error(message))
             return None
         rank = self._picker.pick()
-        sim = SimRequest(job.prompt_tokens, job.max_new_tokens, job.choices)
+        blocks = prompt_blocks(job.prompt, self._block_size) if job.prompt else ()
+        if len(blocks) * self._block_size > job.prompt_tokens:
+            blocks = blocks[: job.prompt_tokens // self._block_size]
+        sim = SimRequest(job.prompt_tokens, job.max_new_tokens, job.choices, blocks=blocks)
         try:
             rank.submit(sim)
         except CapacityError as exc:
@@ -581,7 +599,7 @@ class SimApp:
     async def _respond_when_finished(
         self, job: Job, sim: SimRequest, rank: SimRank, progress: Progress, responder: Responder
     ) -> None:
-        if await _wait_finished(sim, rank, progress, responder):
+        if await _wait(sim, rank, progress, responder):
             responder.respond(200, job.headers, full_body(job, sim.generated))
 
     async def _stream(
@@ -712,11 +730,16 @@ def _reading(params: BaseModel) -> _Reading:
     return reading
 
 
-async def _wait_finished(sim: SimRequest, rank: SimRank, progress: Progress, responder: Responder) -> bool:
-    """Wait for the simulated decode; False (request aborted) if the client went away first."""
+async def _wait(
+    sim: SimRequest, rank: SimRank, progress: Progress, responder: Responder, *, first_token: bool = False
+) -> bool:
+    """Wait for the simulated decode to finish (or to give its first token); False (request
+    aborted) if the client went away first."""
+    if sim.finished or (first_token and sim.generated):
+        return True
     gone = asyncio.ensure_future(responder.wait_disconnected())
     try:
-        while not sim.finished:
+        while not (sim.finished or (first_token and sim.generated)):
             # Armed before yielding, so a finish in the very next tick cannot slip past.
             woken = progress.arm()
             await asyncio.wait((woken, gone), return_when=asyncio.FIRST_COMPLETED)

@@ -1,9 +1,11 @@
 """The dp ranks of engine-sim: each a scheduler, its loop, and one real load publisher.
 
-Each rank's loop ticks every few milliseconds, advances its scheduler and calls the publisher,
-busy or idle, as SGLang's scheduler loop does, so the load on the wire follows the requests
-and the heartbeat keeps flowing (SPEC §7). Handlers wait on a :class:`Progress` signal
-instead of a task per request.
+Each rank's loop sleeps until the scheduler's step in flight ends, runs the steps that ended and
+calls the publisher as SGLang 0.5.23's scheduler loop does (SPEC §7): once per batch
+(``process_batch_result``), forced after a prefill batch and throttled after a decode batch, and
+forced on every idle iteration (``on_idle``), where dedup and the 1 s heartbeat bound what is
+sent, so the load on the wire follows the requests and an idle rank still heartbeats. Handlers
+wait on a :class:`Progress` signal instead of a task per request.
 """
 
 from __future__ import annotations
@@ -15,15 +17,18 @@ from collections.abc import Callable
 import structlog
 
 from dataplane.engine.publisher import LoadPublisher, create_load_publisher
+from dataplane.engine.sim.lengths import AnswerLengths
 from dataplane.engine.sim.scheduler import SimRequest, SimScheduler
-from dataplane.engine.sim.settings import SimSettings
+from dataplane.engine.sim.settings import PAGE_SIZE, SimSettings
 
 log = structlog.get_logger(__name__)
 
 
-# An idle rank's loop period: 5 throttled calls per 0.1 s keep the heartbeat within 1.0-1.1 s
-# while costing a fraction of the busy tick's wake-ups (a shared 2-core machine runs several).
+# An idle rank's loop period: forced idle calls keep the heartbeat within 1.00-1.02 s while
+# costing a fraction of a busy rank's wake-ups (a shared 2-core machine runs several).
 IDLE_TICK_S = 0.02
+# A loop woken by the timer for the end of a step may read a clock a hair before it.
+_WAKE_SLACK_S = 1e-6
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -83,45 +88,51 @@ class SimRank:
         *,
         tick_s: float,
         clock: Callable[[], float] = time.monotonic,
+        lengths: AnswerLengths | None = None,
     ) -> None:
         self.rank = rank
         self.scheduler = scheduler
         self.publisher = publisher
-        self.tick_s = tick_s
+        self.tick_s = tick_s  # the shortest sleep of a busy loop: bounds its wake-ups
         self.idle_tick_s = max(tick_s, IDLE_TICK_S)
         self.clock = clock
-        self._last_counts: tuple[int, int, int, int] | None = None
+        self.lengths = lengths
         self._idle_wait: asyncio.Future[None] | None = None
 
     def submit(self, request: SimRequest) -> None:
-        """Hand a request to the scheduler (may finish it at once at rate 0)."""
+        """Hand a request to the scheduler (finished at once when decoding is instant)."""
+        if self.lengths is not None and request.stop_at is None:
+            request.stop_at = self.lengths.sample(request.max_new_tokens)
         self.scheduler.submit(request, self.clock())
         idle_wait = self._idle_wait
         if not request.finished and idle_wait is not None and not idle_wait.done():
-            idle_wait.set_result(None)  # an idle loop ticks at once: the new load goes out now
+            idle_wait.set_result(None)  # an idle loop wakes at once: its step has begun
 
     def abort(self, request: SimRequest) -> None:
         self.scheduler.abort(request, self.clock())
 
     def tick(self) -> None:
-        """One scheduler-loop iteration: advance decoding, then maybe publish load.
+        """One scheduler-loop iteration: finish the steps that ended, publishing as SGLang does.
 
-        A tick whose counts differ from the previous tick's forces the publish, so a change
-        reaches consumers within one tick instead of waiting for the 5th call (SPEC §7: "a
-        changed stat goes out at once"); unchanged ticks go through the throttle and the
-        1 s heartbeat as SGLang's idle loop does.
+        After each batch (``process_batch_result``): forced after a prefill batch, throttled after
+        a decode batch. Idle (``on_idle``): forced on every iteration; the gate's dedup and its
+        1 s heartbeat bound what goes out.
         """
-        self.scheduler.step(self.clock())
-        counts = self.scheduler.counts()
-        changed = counts != self._last_counts
-        self._last_counts = counts
-        self.publisher.publish(lambda: counts, force=changed)
+        scheduler, publisher = self.scheduler, self.publisher
+        prefills, decodes = scheduler.advance(self.clock() + _WAKE_SLACK_S)
+        provider = scheduler.load_stat
+        for _ in range(prefills):
+            publisher.publish(provider, force=True)
+        for _ in range(decodes):
+            publisher.publish(provider)
+        if scheduler.next_event_at() is None:
+            publisher.publish(provider, force=True)
 
     async def run(self) -> None:
         """Tick until cancelled; a tick never raises (the publisher swallows its own failures).
 
-        Busy: every ``tick_s``. Idle: every ``idle_tick_s`` (still 5 calls per 0.1 s, enough for
-        the 1 s heartbeat), or at once when a request that takes time arrives.
+        Busy: until the step in flight ends (at least ``tick_s``). Idle: every ``idle_tick_s``, or
+        at once when a request that takes time arrives.
         """
         loop = asyncio.get_running_loop()
         while True:
@@ -129,8 +140,9 @@ class SimRank:
                 self.tick()
             except Exception:  # a simulation bug must not stop the rank's loop silently
                 log.exception("engine-sim rank tick failed", rank=self.rank)
-            if self.scheduler.load:
-                await asyncio.sleep(self.tick_s)
+            step_end = self.scheduler.next_event_at()
+            if step_end is not None:
+                await asyncio.sleep(max(self.tick_s, step_end - self.clock()))
                 continue
             idle_wait = self._idle_wait = loop.create_future()
             timer = loop.call_later(self.idle_tick_s, _resolve, idle_wait)
@@ -152,13 +164,19 @@ def build_ranks(settings: SimSettings, clock: Callable[[], float] = time.monoton
     ranks: list[SimRank] = []
     try:
         for rank in range(settings.dp_size):
-            publisher = create_load_publisher(settings.load_range, dp_rank=rank, clock=clock)
+            publisher = create_load_publisher(
+                settings.load_range, dp_rank=rank, clock=clock, interval=settings.publish_interval
+            )
             scheduler = SimScheduler(
                 max_running_requests=settings.max_running_requests,
                 max_total_tokens=settings.max_total_tokens,
-                decode_tokens_per_s=settings.decode_tokens_per_s,
+                costs=settings.costs,
+                block_size=PAGE_SIZE,
             )
-            ranks.append(SimRank(rank, scheduler, publisher, tick_s=settings.tick_s, clock=clock))
+            lengths = AnswerLengths(settings.answer_lengths, settings.seed * 1024 + rank)
+            ranks.append(
+                SimRank(rank, scheduler, publisher, tick_s=settings.tick_s, clock=clock, lengths=lengths)
+            )
     except OSError:
         for built in ranks:
             built.close()

@@ -50,6 +50,7 @@ def server_info(settings: SimSettings, model_path: str, port: int) -> dict[str, 
         "max_running_requests": settings.max_running_requests,
         "max_total_num_tokens": settings.max_total_tokens,
         "decode_tokens_per_s": settings.decode_tokens_per_s,
+        "chunked_prefill_size": settings.costs.chunked_prefill_size,
         "kv_events_config": json.dumps({"publisher": "zmq", "endpoint": settings.kv_events_endpoint}),
         "load_publish_endpoint": settings.load_publish_endpoint,
     }

@@ -17,6 +17,10 @@ from typing import NoReturn
 
 from controlplane.envflags import EnvArgumentParser
 from dataplane.engine.endpoints import KvEventSockets, LoadPubRange, kv_event_sockets, resolve_load_pub_range
+from dataplane.engine.publisher import LOAD_PUBLISH_INTERVAL
+from dataplane.engine.sim import costs as c
+from dataplane.engine.sim.costs import StepCosts
+from dataplane.engine.sim.lengths import AnswerLengths, AnswerLengthsError
 from dataplane.errors import StartupError
 
 PROG = "engine-sim"
@@ -25,9 +29,10 @@ DEFAULT_KV_EVENTS_ENDPOINT = "tcp://*:5557"
 # The KV page size advertised in /server_info's kv_events block (SGLang's page_size).
 PAGE_SIZE = 16
 
-# A realistic default (SPEC §7 consumers watch load follow requests): an instant engine would
-# never show running or waiting requests on the wire. Benchmarks pass 0 explicitly.
-DEFAULT_DECODE_TOKENS_PER_S = 100.0
+# The step-time flags; without any, the calibrated model of ``costs`` (a realistic default: SPEC §7
+# consumers watch load follow requests, an instant engine would never show any). Benchmarks of the
+# router pass --decode-tokens-per-s 0 (instant).
+_STEP_FLAGS = ("step_base_ms", "step_per_sequence_us", "step_per_kv_token_ns", "prefill_per_token_us")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +50,16 @@ class SimSettings:
     load_range: LoadPubRange | None
     max_running_requests: int
     max_total_tokens: int
-    decode_tokens_per_s: float
+    costs: StepCosts
+    answer_lengths: str
+    seed: int
+    publish_interval: int
     tick_s: float
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """One sequence's decode speed on an idle rank (0: instant)."""
+        return self.costs.tokens_per_s_alone
 
 
 class _Parser(EnvArgumentParser):
@@ -79,6 +92,24 @@ def _rate(text: str) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"must be a number >= 0 (0 = instant), got {text!r}")
     return value
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
+def _answer_lengths(text: str) -> str:
+    try:
+        AnswerLengths(text)
+    except AnswerLengthsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -118,8 +149,50 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--decode-tokens-per-s",
         type=_rate,
-        default=DEFAULT_DECODE_TOKENS_PER_S,
-        help="per request; 0 = instant (benchmarks), the default keeps load visible on the wire",
+        default=None,
+        help="a fixed decode speed per sequence whatever the batch, prefill free; 0 = instant "
+        "(benchmarks); default: the step-time model below",
+    )
+    # The step-time model t = a + b*batch + c*kv_tokens (costs.py: calibrated to SGLang on an H100).
+    p.add_argument(
+        "--step-base-ms", type=_non_negative, default=None, help=f"a (default {c.DEFAULT_STEP_BASE_MS})"
+    )
+    p.add_argument(
+        "--step-per-sequence-us",
+        type=_non_negative,
+        default=None,
+        help=f"b, per running sequence (default {c.DEFAULT_STEP_PER_SEQUENCE_US})",
+    )
+    p.add_argument(
+        "--step-per-kv-token-ns",
+        type=_non_negative,
+        default=None,
+        help=f"c, per context token read (default {c.DEFAULT_STEP_PER_KV_TOKEN_NS})",
+    )
+    p.add_argument(
+        "--prefill-per-token-us",
+        type=_non_negative,
+        default=None,
+        help=f"per uncached prompt token (default {c.DEFAULT_PREFILL_PER_TOKEN_US})",
+    )
+    p.add_argument(
+        "--chunked-prefill-size",
+        type=_int_at_least(1),
+        default=c.DEFAULT_CHUNKED_PREFILL_SIZE,
+        help="prompt tokens per prefill step",
+    )
+    p.add_argument(
+        "--answer-lengths",
+        type=_answer_lengths,
+        default="max",
+        help="max | uniform | geometric:MEAN: where answers stop below max_tokens",
+    )
+    p.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of the answer lengths")
+    p.add_argument(
+        "--load-snapshot-publish-interval",
+        type=_int_at_least(1),
+        default=LOAD_PUBLISH_INTERVAL,
+        help="publish load at most every N decode steps (SPEC §7: 5; SGLang 0.5.23 defaults to 15)",
     )
     p.add_argument("--tick-ms", type=_int_at_least(1, 1000), default=5, help="scheduler loop period")
     return p
@@ -143,6 +216,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> SimSettings:
         # --listen host: every listener defaults to loopback (SPEC §1), and consumers dial the
         # worker URL's host (SPEC §7), i.e. that same host. A wildcard --listen binds the wildcard.
         load_range = dataclasses.replace(load_range, host=host)
+    costs = _costs(args)
     kv_events, reason = kv_event_sockets(kv_endpoint, args.dp_size, host)
     if reason is not None:
         raise StartupError(f"--kv-events-endpoint {kv_endpoint!r}: {reason}")
@@ -160,6 +234,32 @@ def parse_settings(argv: Sequence[str] | None = None) -> SimSettings:
         load_range=load_range,
         max_running_requests=args.max_running_requests,
         max_total_tokens=args.max_total_tokens,
-        decode_tokens_per_s=args.decode_tokens_per_s,
+        costs=costs,
+        answer_lengths=args.answer_lengths,
+        seed=args.seed,
+        publish_interval=args.load_snapshot_publish_interval,
         tick_s=args.tick_ms / 1000.0,
+    )
+
+
+def _costs(args: argparse.Namespace) -> StepCosts:
+    given = [name for name in _STEP_FLAGS if getattr(args, name) is not None]
+    if args.decode_tokens_per_s is not None:
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise StartupError(
+                f"--decode-tokens-per-s and {flag}: give a fixed decode speed or the step model"
+            )
+        return StepCosts.fixed_rate(args.decode_tokens_per_s)
+
+    def value(name: str, default: float) -> float:
+        given_value = getattr(args, name)
+        return default if given_value is None else float(given_value)
+
+    return StepCosts(
+        value("step_base_ms", c.DEFAULT_STEP_BASE_MS) / 1e3,
+        value("step_per_sequence_us", c.DEFAULT_STEP_PER_SEQUENCE_US) / 1e6,
+        value("step_per_kv_token_ns", c.DEFAULT_STEP_PER_KV_TOKEN_NS) / 1e9,
+        value("prefill_per_token_us", c.DEFAULT_PREFILL_PER_TOKEN_US) / 1e6,
+        args.chunked_prefill_size,
     )

@@ -218,7 +218,8 @@ def auto_sim(dp: int, *flags: str, console_script: bool = False) -> tuple[Sim, i
 
 
 def test_idle_ranks_heartbeat_with_their_rank(readers: Callable[[list[str]], LoadReader]) -> None:
-    """dp-size 2, idle: each rank publishes [0, 0, 0, capacity, rank] about once a second, seq +1 each."""
+    """dp-size 2, idle: each rank publishes [0, 0, 0, capacity, rank, 0, 0, limit, 0, 0] about once a
+    second (SGLang 0.5.23's eleven positions), seq +1 each."""
     sim, base = auto_sim(2, "--max-total-tokens", "4321")
     with sim:
         info = sim.get("/server_info")
@@ -227,7 +228,7 @@ def test_idle_ranks_heartbeat_with_their_rank(readers: Callable[[list[str]], Loa
         assert reader.wait(lambda: all(len(f) >= 3 for f in reader.frames.values()), 10.0), reader.frames
     for rank in (0, 1):
         frames = reader.frames[rank]
-        assert all(f.stat == ["LoadStat", 0, 0, 0, 4321, rank] for f in frames), frames
+        assert all(f.stat == ["LoadStat", 0, 0, 0, 4321, rank, 0, 0, 256, 0, 0] for f in frames), frames
         seqs = [f.seq for f in frames]
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
         gaps = [b.at - a.at for a, b in itertools.pairwise(frames)]

@@ -41,11 +41,13 @@ async def test_load_on_the_wire_follows_requests_on_every_rank(protocol: str, lo
         watcher = load_watcher(
             wildcard_to("127.0.0.1", kv["endpoint_host"]), kv["load_endpoint_port_base"], 2
         )
-        # Idle: the heartbeat keeps coming, every rank reports zero load and its own rank.
+        # Idle: the heartbeat keeps coming, every rank reports zero load and its own rank, in SGLang
+        # 0.5.23's eleven positions (nothing waits, nothing was prefilled yet, a limit of 1).
         await watcher.collect(1.5)
         for rank in (0, 1):
             assert watcher.frames[rank], f"no heartbeat from rank {rank}"
-            assert watcher.latest(rank) == ["LoadStat", 0, 0, 0, info["max_total_num_tokens"], rank]
+            capacity = info["max_total_num_tokens"]
+            assert watcher.latest(rank) == ["LoadStat", 0, 0, 0, capacity, rank, 0, 0, 1, 0, 0]
             seqs = [seq for seq, _ in watcher.frames[rank]]
             assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
         # Busy: 6 requests of 8 tokens at 40 tok/s, one running slot per rank -> queues on both.
@@ -81,7 +83,7 @@ async def test_explicit_load_endpoint_is_advertised_and_publishes(load_watcher: 
             await watcher.collect(0.02)
             if all(watcher.frames.values()):
                 break
-        assert watcher.latest(0)[-1] == 0 and watcher.latest(1)[-1] == 1
+        assert watcher.latest(0)[5] == 0 and watcher.latest(1)[5] == 1  # attn_dp_rank
 
 
 async def test_openai_client_chat_completions_and_streams() -> None:

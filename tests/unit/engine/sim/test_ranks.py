@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from controlplane.load.wire import decode_frame
 from dataplane.engine.publisher import LoadPublisher
+from dataplane.engine.sim.costs import StepCosts
+from dataplane.engine.sim.lengths import AnswerLengths
 from dataplane.engine.sim.ranks import Progress, RankPicker, SimRank
 from dataplane.engine.sim.scheduler import SimRequest, SimScheduler
 
@@ -28,10 +31,10 @@ class Clock:
         return self.now
 
 
-def make_rank(rank: int = 0, rate: float = 10.0) -> tuple[SimRank, FakeSocket, Clock]:
+def make_rank(rank: int = 0, rate: float = 10.0, interval: int = 5) -> tuple[SimRank, FakeSocket, Clock]:
     sock, clock = FakeSocket(), Clock()
-    sched = SimScheduler(max_running_requests=1, max_total_tokens=1000, decode_tokens_per_s=rate)
-    pub = LoadPublisher(sock, attn_dp_rank=rank, clock=clock)
+    sched = SimScheduler(max_running_requests=1, max_total_tokens=1000, costs=StepCosts.fixed_rate(rate))
+    pub = LoadPublisher(sock, attn_dp_rank=rank, clock=clock, interval=interval)
     return SimRank(rank, sched, pub, tick_s=0.005, clock=clock), sock, clock
 
 
@@ -39,19 +42,32 @@ def stats(sock: FakeSocket) -> list[tuple[int, int, int]]:
     return [(s.num_running_reqs, s.num_waiting_reqs, s.num_tokens) for _, s in map(decode_frame, sock.sent)]
 
 
-def test_load_changes_are_published_on_the_next_tick() -> None:
-    """A request arriving or finishing is on the wire after one tick, not five."""
-    rank, sock, clock = make_rank()
-    rank.tick()  # first stat goes out at once
+def test_a_prefill_batch_is_published_at_once_and_idle_calls_are_forced() -> None:
+    """As SGLang's loop: forced after an extend batch, forced when idle; a decode batch waits its turn."""
+    rank, sock, clock = make_rank(rate=10.0)
+    rank.tick()  # idle: the first stat goes out at once
     rank.submit(SimRequest(prompt_tokens=4, max_new_tokens=2))
     rank.submit(SimRequest(prompt_tokens=4, max_new_tokens=2))
-    clock.now = 0.005
+    clock.now = 0.1  # the first's extend step ends: its first token
     rank.tick()
-    clock.now = 0.2  # the first finished; the second was admitted
+    clock.now = 0.2  # its decode step: finished (a throttled call, nothing sent) ...
     rank.tick()
-    clock.now = 0.4
+    clock.now = 0.3  # ... the second's extend step: forced
     rank.tick()
-    assert stats(sock) == [(0, 0, 0), (1, 1, 4), (1, 0, 4), (0, 0, 0)]
+    clock.now = 0.4  # its last decode step, then idle: forced
+    rank.tick()
+    assert stats(sock) == [(0, 0, 0), (1, 1, 6), (1, 0, 6), (0, 0, 0)]
+
+
+def test_decode_batches_publish_every_interval_calls() -> None:
+    """A decoding rank sends after every 5th decode batch (each changes its KV count)."""
+    rank, sock, clock = make_rank(rate=100.0)
+    rank.submit(SimRequest(prompt_tokens=4, max_new_tokens=30))
+    for step in range(1, 13):
+        clock.now = step * 0.01
+        rank.tick()
+    # the extend batch (forced), then decode batches 5 and 10 of 11
+    assert [s[2] for s in stats(sock)] == [6, 11, 16]
 
 
 def test_idle_rank_heartbeats_once_per_second() -> None:
@@ -62,6 +78,31 @@ def test_idle_rank_heartbeats_once_per_second() -> None:
         rank.tick()
     assert len(sock.sent) == 4
     assert [int.from_bytes(f[1], "big") for f in sock.sent] == [0, 1, 2, 3]
+
+
+def test_frames_carry_the_eleven_positions() -> None:
+    """engine-sim's frames carry SGLang 0.5.23's appended counts: limit, prefill totals."""
+    rank, sock, clock = make_rank(rate=10.0)
+    rank.submit(SimRequest(prompt_tokens=4, max_new_tokens=1))
+    clock.now = 0.1
+    rank.tick()
+    _, stat = decode_frame(sock.sent[-1])
+    assert stat.extended and stat.max_running_requests == 1
+    assert (stat.total_prefill_uncached_tokens, stat.total_prefill_busy_us) == (4, 100_000)
+
+
+def test_the_rank_draws_each_answers_length() -> None:
+    """With a stop distribution, a submitted request gets its own length below max_tokens."""
+    rank, _, _ = make_rank()
+    rank.lengths = AnswerLengths("uniform", seed=3)
+    lengths = set()
+    for _ in range(20):
+        req = SimRequest(prompt_tokens=1, max_new_tokens=50)
+        rank.submit(req)
+        assert req.stop_at is not None and 1 <= req.stop_at <= 50
+        lengths.add(req.stop_at)
+        rank.abort(req)
+    assert len(lengths) > 5
 
 
 def test_picker_prefers_the_least_loaded_rank_round_robin_on_ties() -> None:
@@ -114,9 +155,12 @@ async def test_progress_wakes_an_armed_waiter_per_token() -> None:
     await asyncio.wait_for(task, 1.0)
 
 
-async def test_idle_loop_ticks_at_once_when_a_request_arrives() -> None:
-    """An idle rank's loop wakes on a request that takes time, so its load goes out without waiting."""
-    rank, sock, _clock = make_rank()
+async def test_idle_loop_wakes_at_once_when_a_request_arrives() -> None:
+    """An idle rank's loop wakes on a request that takes time and publishes its extend batch as it
+    ends, without waiting for the idle period."""
+    rank, sock, _clock = make_rank(rate=100.0)
+    rank.clock = time.monotonic
+    rank.publisher._clock = time.monotonic
     rank.idle_tick_s = 60.0  # only the wake-up can make it tick again
     loop_task = asyncio.ensure_future(rank.run())
     try:
@@ -130,7 +174,7 @@ async def test_idle_loop_ticks_at_once_when_a_request_arrives() -> None:
             await asyncio.sleep(0.01)
             if len(sock.sent) > 1:
                 break
-        assert stats(sock)[1] == (1, 0, 4)
+        assert stats(sock)[1] == (1, 0, 6)  # prompt, first token, the decode step's slot
     finally:
         loop_task.cancel()
         await asyncio.gather(loop_task, return_exceptions=True)

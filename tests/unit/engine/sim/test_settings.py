@@ -5,21 +5,46 @@ from __future__ import annotations
 import pytest
 
 from dataplane.engine.endpoints import LoadPubRange
+from dataplane.engine.sim.costs import StepCosts
 from dataplane.engine.sim.settings import build_parser, parse_settings
 from dataplane.errors import StartupError
 
 
 def test_defaults() -> None:
-    """Defaults: loopback 9001, one rank, load publishing off, a realistic decode rate (load is visible)."""
+    """Defaults: loopback 9001, one rank, load publishing off, the calibrated step model (load is
+    visible), answers to max_tokens, SPEC §7's publish interval."""
     s = parse_settings([])
-    assert (s.host, s.port, s.dp_size, s.load_range, s.decode_tokens_per_s) == (
-        "127.0.0.1",
-        9001,
-        1,
-        None,
-        100.0,
-    )
+    assert (s.host, s.port, s.dp_size, s.load_range) == ("127.0.0.1", 9001, 1, None)
+    assert s.costs == StepCosts() and s.costs.base_s == pytest.approx(0.00734)
+    assert s.decode_tokens_per_s == pytest.approx(1 / (0.00734 + 0.000027))
+    assert (s.answer_lengths, s.publish_interval, s.costs.chunked_prefill_size) == ("max", 5, 8192)
     assert s.kv_events_endpoint == "tcp://*:5557" and s.model == "sim-model" and not s.http2
+
+
+def test_step_flags_set_the_model() -> None:
+    """--step-* and --prefill-per-token-us set a, b, c and p; unset ones keep their defaults."""
+    s = parse_settings(
+        ["--step-base-ms", "20", "--step-per-kv-token-ns", "0", "--chunked-prefill-size", "512"]
+    )
+    assert s.costs == StepCosts(0.020, StepCosts().per_sequence_s, 0.0, StepCosts().prefill_per_token_s, 512)
+
+
+def test_fixed_decode_rate_keeps_its_meaning() -> None:
+    """--decode-tokens-per-s R: every sequence decodes R tokens/s whatever the batch; 0 is instant."""
+    assert parse_settings(["--decode-tokens-per-s", "20"]).costs == StepCosts(0.05, 0.0, 0.0, 0.0)
+    assert parse_settings(["--decode-tokens-per-s", "0"]).costs.is_instant
+
+
+def test_fixed_rate_and_step_model_are_exclusive() -> None:
+    """Both a fixed rate and a step flag is a startup error naming both."""
+    with pytest.raises(StartupError, match="--decode-tokens-per-s and --step-base-ms"):
+        parse_settings(["--decode-tokens-per-s", "20", "--step-base-ms", "5"])
+
+
+def test_answer_lengths_and_publish_interval() -> None:
+    """--answer-lengths takes max, uniform or geometric:MEAN; the interval follows its flag."""
+    s = parse_settings(["--answer-lengths", "geometric:40", "--load-snapshot-publish-interval", "15"])
+    assert (s.answer_lengths, s.publish_interval) == ("geometric:40", 15)
 
 
 def test_auto_resolves_after_the_kv_range() -> None:
@@ -48,6 +73,9 @@ def test_refused_endpoint_names_flag_value_and_reason() -> None:
         (["--max-running-requests", "0"], "--max-running-requests: must be an integer >= 1, got '0'"),
         (["--decode-tokens-per-s", "nan"], "--decode-tokens-per-s: must be a number >= 0"),
         (["--listen", "1.2.3.4:99999"], "--listen: must be HOST:PORT"),
+        (["--answer-lengths", "poisson"], "--answer-lengths: must be max, uniform or geometric:MEAN"),
+        (["--answer-lengths", "geometric:0.5"], "--answer-lengths: geometric:MEAN needs a mean >= 1"),
+        (["--step-base-ms", "-1"], "--step-base-ms: must be a number >= 0"),
     ],
 )
 def test_bad_values_exit_with_one_line(
