@@ -607,6 +607,10 @@ class SimApp:
     ) -> None:
         stream = StreamBody(job)
         responder.start(200, job.headers)
+        # SGLang's streams yield their first event with the first output (serving_chat sends the
+        # role chunk then): a request that waits in the queue shows it as time to first event.
+        if not await _wait(sim, rank, progress, responder, first_token=True):
+            return
         try:
             opening = stream.opening()
             if opening:
