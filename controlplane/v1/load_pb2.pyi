@@ -95,7 +95,7 @@ class ListWorkersResponse(_message.Message):
     def __init__(self, workers: _Optional[_Iterable[_Union[Worker, _Mapping]]] = ...) -> None: ...
 
 class RankLoad(_message.Message):
-    __slots__ = ("dp_rank", "endpoint", "num_running_reqs", "num_waiting_reqs", "num_tokens", "max_total_num_tokens", "seq", "age_s", "dropped_frames", "publisher_restarts", "freshness", "frames_received", "malformed_frames", "connect_error")
+    __slots__ = ("dp_rank", "endpoint", "num_running_reqs", "num_waiting_reqs", "num_tokens", "max_total_num_tokens", "seq", "age_s", "dropped_frames", "publisher_restarts", "freshness", "frames_received", "malformed_frames", "connect_error", "num_waiting_uncached_tokens", "num_total_tokens", "max_running_requests", "total_prefill_uncached_tokens", "total_prefill_busy_us")
     DP_RANK_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     NUM_RUNNING_REQS_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +110,11 @@ class RankLoad(_message.Message):
     FRAMES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     MALFORMED_FRAMES_FIELD_NUMBER: _ClassVar[int]
     CONNECT_ERROR_FIELD_NUMBER: _ClassVar[int]
+    NUM_WAITING_UNCACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    NUM_TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_PREFILL_UNCACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_PREFILL_BUSY_US_FIELD_NUMBER: _ClassVar[int]
     dp_rank: int
     endpoint: str
     num_running_reqs: int
@@ -124,10 +129,15 @@ class RankLoad(_message.Message):
     frames_received: int
     malformed_frames: int
     connect_error: str
-    def __init__(self, dp_rank: _Optional[int] = ..., endpoint: _Optional[str] = ..., num_running_reqs: _Optional[int] = ..., num_waiting_reqs: _Optional[int] = ..., num_tokens: _Optional[int] = ..., max_total_num_tokens: _Optional[int] = ..., seq: _Optional[int] = ..., age_s: _Optional[float] = ..., dropped_frames: _Optional[int] = ..., publisher_restarts: _Optional[int] = ..., freshness: _Optional[_Union[Freshness, str]] = ..., frames_received: _Optional[int] = ..., malformed_frames: _Optional[int] = ..., connect_error: _Optional[str] = ...) -> None: ...
+    num_waiting_uncached_tokens: int
+    num_total_tokens: int
+    max_running_requests: int
+    total_prefill_uncached_tokens: int
+    total_prefill_busy_us: int
+    def __init__(self, dp_rank: _Optional[int] = ..., endpoint: _Optional[str] = ..., num_running_reqs: _Optional[int] = ..., num_waiting_reqs: _Optional[int] = ..., num_tokens: _Optional[int] = ..., max_total_num_tokens: _Optional[int] = ..., seq: _Optional[int] = ..., age_s: _Optional[float] = ..., dropped_frames: _Optional[int] = ..., publisher_restarts: _Optional[int] = ..., freshness: _Optional[_Union[Freshness, str]] = ..., frames_received: _Optional[int] = ..., malformed_frames: _Optional[int] = ..., connect_error: _Optional[str] = ..., num_waiting_uncached_tokens: _Optional[int] = ..., num_total_tokens: _Optional[int] = ..., max_running_requests: _Optional[int] = ..., total_prefill_uncached_tokens: _Optional[int] = ..., total_prefill_busy_us: _Optional[int] = ...) -> None: ...
 
 class WorkerLoad(_message.Message):
-    __slots__ = ("url", "num_running_reqs", "num_waiting_reqs", "num_tokens", "max_total_num_tokens", "freshness", "age_s", "ranks")
+    __slots__ = ("url", "num_running_reqs", "num_waiting_reqs", "num_tokens", "max_total_num_tokens", "freshness", "age_s", "ranks", "num_waiting_uncached_tokens", "num_total_tokens", "max_running_requests", "total_prefill_uncached_tokens", "total_prefill_busy_us")
     URL_FIELD_NUMBER: _ClassVar[int]
     NUM_RUNNING_REQS_FIELD_NUMBER: _ClassVar[int]
     NUM_WAITING_REQS_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +146,11 @@ class WorkerLoad(_message.Message):
     FRESHNESS_FIELD_NUMBER: _ClassVar[int]
     AGE_S_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
+    NUM_WAITING_UNCACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    NUM_TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_PREFILL_UNCACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_PREFILL_BUSY_US_FIELD_NUMBER: _ClassVar[int]
     url: str
     num_running_reqs: int
     num_waiting_reqs: int
@@ -144,7 +159,12 @@ class WorkerLoad(_message.Message):
     freshness: Freshness
     age_s: float
     ranks: _containers.RepeatedCompositeFieldContainer[RankLoad]
-    def __init__(self, url: _Optional[str] = ..., num_running_reqs: _Optional[int] = ..., num_waiting_reqs: _Optional[int] = ..., num_tokens: _Optional[int] = ..., max_total_num_tokens: _Optional[int] = ..., freshness: _Optional[_Union[Freshness, str]] = ..., age_s: _Optional[float] = ..., ranks: _Optional[_Iterable[_Union[RankLoad, _Mapping]]] = ...) -> None: ...
+    num_waiting_uncached_tokens: int
+    num_total_tokens: int
+    max_running_requests: int
+    total_prefill_uncached_tokens: int
+    total_prefill_busy_us: int
+    def __init__(self, url: _Optional[str] = ..., num_running_reqs: _Optional[int] = ..., num_waiting_reqs: _Optional[int] = ..., num_tokens: _Optional[int] = ..., max_total_num_tokens: _Optional[int] = ..., freshness: _Optional[_Union[Freshness, str]] = ..., age_s: _Optional[float] = ..., ranks: _Optional[_Iterable[_Union[RankLoad, _Mapping]]] = ..., num_waiting_uncached_tokens: _Optional[int] = ..., num_total_tokens: _Optional[int] = ..., max_running_requests: _Optional[int] = ..., total_prefill_uncached_tokens: _Optional[int] = ..., total_prefill_busy_us: _Optional[int] = ...) -> None: ...
 
 class GetLoadsRequest(_message.Message):
     __slots__ = ()
