@@ -51,7 +51,7 @@ class Router:
         # Every worker's pool enforces the first-byte and idle timeouts (upstream/base.py).
         self.state.pool_factory = functools.partial(make_pool, timeouts=settings.upstream)
         self.admission = Admission(settings.max_concurrency, settings.queue_size, settings.queue_timeout_s)
-        self.balancer: Balancer[Worker] = Balancer(settings.policy, Worker.load)
+        self.balancer: Balancer[Worker] = Balancer(settings.policy, Worker.load, Worker.wait)
         self.metrics = RouterMetrics(self.state, self.admission)
         # Under the --processes supervisor: /metrics answers for every process (process_metrics).
         self.process_metrics = process_metrics_from_env(self.metrics)

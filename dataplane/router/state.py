@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from controlplane.contracts import SamplingContract, contract_to_json
+from dataplane.router.balancer import DEFAULT_MAX_TOKENS, EngineView, held_work
 from dataplane.router.contract.enforce import CompiledContract, compile_contract
 from dataplane.router.fleet.workers import Worker, WorkerSet, WorkerSpec, WorkerSpecLike, make_pool, reconcile
 from dataplane.router.upstream.base import UpstreamPool
@@ -68,13 +69,9 @@ class ContractSet:
         }
 
 
-class EngineLoadLike(Protocol):
+class EngineLoadLike(EngineView, Protocol):
     """One worker's engine load as the control-plane client hands it over (``control.EngineLoad``)."""
 
-    @property
-    def running(self) -> int: ...
-    @property
-    def waiting(self) -> int: ...
     @property
     def fresh(self) -> bool: ...
 
@@ -100,6 +97,7 @@ class RouterState:
         self._closers: set[asyncio.Task[None]] = set()
         # How a new worker's upstream pool is made (the router sets its upstream timeouts here).
         self.pool_factory: Callable[[WorkerSpec], UpstreamPool] = make_pool
+        self.mean_work = float(DEFAULT_MAX_TOKENS)  # a mean request's work (balancer.request_work)
 
     @classmethod
     def standalone(cls, contract: SamplingContract | None) -> RouterState:
@@ -134,11 +132,20 @@ class RouterState:
         self._notify()
 
     def apply_loads(self, loads: Mapping[str, EngineLoadLike]) -> None:
-        """Replace the engine load views by worker URL; only FRESH views count (SPEC §7)."""
-        for worker in self.workers.workers:
+        """Replace the engine load views by worker URL; only FRESH views count (SPEC §7).
+
+        A mean request's work (for the predicted wait) is the mean over the router's requests in
+        flight now, or the last one measured when none is."""
+        workers = self.workers.workers
+        inflight = sum(w.inflight for w in workers)
+        if inflight > 0:
+            self.mean_work = max(1.0, sum(held_work(w.work)[0] for w in workers) / inflight)
+        for worker in workers:
             view = loads.get(worker.url)
-            fresh = view is not None and view.fresh
-            worker.observe_engine_load(view.running + view.waiting if view is not None and fresh else None)
+            if view is not None and view.fresh:
+                worker.observe_engine_load(view.running + view.waiting, view, self.mean_work)
+            else:
+                worker.observe_engine_load(None, None, self.mean_work)
 
     def rejection_counts(self) -> Mapping[tuple[str, str], int]:
         """Cumulative rejections since start, by (scope, param)."""

@@ -42,11 +42,22 @@ class ControlClientSettings:
 
 @dataclass(frozen=True, slots=True)
 class EngineLoad:
-    """The engine's own view of one worker, summed over its dp ranks (SPEC §6 WatchLoads)."""
+    """The engine's own view of one worker, summed over its dp ranks (SPEC §6 WatchLoads).
+
+    The fields after ``fresh`` are None when the engine did not send them (a six-position
+    LoadStat, SPEC §7); ``prefill_tokens_per_s`` is measured by :class:`LoadViews` from the two
+    cumulative prefill counters.
+    """
 
     running: int
     waiting: int
     fresh: bool
+    tokens: int = 0  # KV tokens in use
+    capacity: int = 0  # KV capacity (0: unknown)
+    waiting_uncached_tokens: int | None = None
+    total_tokens: int | None = None  # KV in use plus every queued token
+    max_running: int | None = None  # running-request limit, summed over ranks
+    prefill_tokens_per_s: float | None = None
 
 
 class ControlTarget(Protocol):
@@ -113,13 +124,42 @@ def worker_specs(workers: Sequence[load_pb2.Worker]) -> tuple[list[WorkerSpec], 
     return specs, errors
 
 
-def engine_load(view: load_pb2.WorkerLoad) -> EngineLoad:
+def engine_load(view: load_pb2.WorkerLoad, prefill_tokens_per_s: float | None = None) -> EngineLoad:
     """One WorkerLoad as the balancer uses it: the counts only while FRESH (SPEC §7)."""
+    extended = view.HasField("num_waiting_uncached_tokens")
     return EngineLoad(
         running=view.num_running_reqs,
         waiting=view.num_waiting_reqs,
         fresh=view.freshness == load_pb2.FRESHNESS_FRESH,
+        tokens=view.num_tokens,
+        capacity=view.max_total_num_tokens,
+        waiting_uncached_tokens=view.num_waiting_uncached_tokens if extended else None,
+        total_tokens=view.num_total_tokens if view.HasField("num_total_tokens") else None,
+        max_running=view.max_running_requests if view.HasField("max_running_requests") else None,
+        prefill_tokens_per_s=prefill_tokens_per_s,
     )
+
+
+class PrefillRate:
+    """A worker's prefill speed from its cumulative counters (SPEC §7): the tokens prefilled
+    between two views over the prefill time spent on them; before any delta (or after a counter
+    went backwards: the engine restarted), the lifetime average. None until it prefilled."""
+
+    __slots__ = ("_busy_us", "_tokens", "tokens_per_s")
+
+    def __init__(self) -> None:
+        self._tokens = -1
+        self._busy_us = -1
+        self.tokens_per_s: float | None = None
+
+    def update(self, tokens: int, busy_us: int) -> float | None:
+        d_tokens, d_busy = tokens - self._tokens, busy_us - self._busy_us
+        if self._busy_us >= 0 and d_busy > 0 and d_tokens >= 0:
+            self.tokens_per_s = d_tokens / (d_busy / 1e6)
+        elif (self._busy_us < 0 or d_busy < 0 or d_tokens < 0) and busy_us > 0:
+            self.tokens_per_s = tokens / (busy_us / 1e6)
+        self._tokens, self._busy_us = tokens, busy_us
+        return self.tokens_per_s
 
 
 class LoadViews:
@@ -127,6 +167,7 @@ class LoadViews:
 
     def __init__(self) -> None:
         self.views: dict[str, EngineLoad] = {}
+        self._rates: dict[str, PrefillRate] = {}
 
     def fold(self, message: load_pb2.WatchLoadsResponse) -> set[str]:
         """Apply one message; returns the urls it named (changed and removed)."""
@@ -134,10 +175,17 @@ class LoadViews:
             self.views = {}
         named: set[str] = set()
         for view in message.workers:
-            self.views[view.url] = engine_load(view)
+            rate: float | None = None
+            if view.HasField("total_prefill_busy_us") and view.HasField("total_prefill_uncached_tokens"):
+                tracker = self._rates.get(view.url)
+                if tracker is None:
+                    tracker = self._rates[view.url] = PrefillRate()
+                rate = tracker.update(view.total_prefill_uncached_tokens, view.total_prefill_busy_us)
+            self.views[view.url] = engine_load(view, rate)
             named.add(view.url)
         for url in message.removed_urls:
             self.views.pop(url, None)
+            self._rates.pop(url, None)
             named.add(url)
         return named
 

@@ -19,6 +19,15 @@ from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 from controlplane.workers.url import worker_url
+from dataplane.router.balancer import (
+    DEFAULT_MAX_TOKENS,
+    PROMPT_MASK,
+    PROMPT_TOKEN_WORK,
+    WORK_SHIFT,
+    EngineView,
+    WaitTerms,
+    wait_terms,
+)
 from dataplane.router.upstream.base import UpstreamPool, UpstreamTimeouts
 
 if TYPE_CHECKING:
@@ -100,6 +109,9 @@ class Worker:
     """A live worker as the request path sees it."""
 
     __slots__ = (
+        "_prompts_at_view",
+        "_slots",
+        "_terms",
         "consecutive_failures",
         "engine_load",
         "health",
@@ -111,6 +123,7 @@ class Worker:
         "protocol",
         "spec",
         "url",
+        "work",
     )
 
     def __init__(self, spec: WorkerSpec, pool: UpstreamPool) -> None:
@@ -122,25 +135,61 @@ class Worker:
         self.healthy = True
         self.health: HealthTracker | None = None  # passive ejection (health.WorkerHealth.attach)
         self.inflight = 0  # requests this router has sent and not finished (streams included)
+        # Their work (balancer.request_work, packed), added and subtracted with inflight.
+        self.work = 0
         self.consecutive_failures = 0
         # Engine load from the control plane's FRESH view (SPEC §7): running + waiting requests.
         # None (standalone, or the view is stale or gone): the router's own counts only.
         self.engine_load: float | None = None
         self.inflight_at_view = 0
+        self._slots = 1  # the engine's running-request limit, as last seen
+        self._prompts_at_view = 0
+        self._terms: WaitTerms = wait_terms(None, own_inflight=0, mean_work=DEFAULT_MAX_TOKENS, slots=1)
 
     def load(self) -> float:
-        """The balancer's load figure: engine load plus what we sent since that view (SPEC §7)."""
+        """``least_request``'s figure: the engine's requests plus the router's own change since
+        that view, signed (its completions since then count too), or its own in-flight count."""
         engine = self.engine_load
         if engine is None:
             return self.inflight
-        # Requests in flight when the view was taken are (mostly) already in the engine's
-        # counts; only the growth since then is added on top.
-        return engine + max(0, self.inflight - self.inflight_at_view)
+        # Requests in flight when the view was taken are (mostly) already in the engine's counts.
+        return engine + self.inflight - self.inflight_at_view
 
-    def observe_engine_load(self, load: float | None) -> None:
-        """Hook for the control-plane load view: a FRESH load, or None when stale/missing."""
+    def wait(self) -> float:
+        """``least_load``'s and ``power_of_two``'s figure: the predicted wait of a new request
+        (``balancer.predicted_wait``), from the last FRESH view and the router's own work."""
+        # balancer.predicted_wait, inlined: it runs for every candidate of every request.
+        t = self._terms
+        held = self.work
+        prompts = held & PROMPT_MASK
+        since = prompts - self._prompts_at_view  # prompts added since the view (completions net)
+        if since < 0:
+            since = 0
+        ahead = t.excess + ((held >> WORK_SHIFT) + prompts * PROMPT_TOKEN_WORK) * t.inv_mean_work
+        wait = t.prefill_s + since * t.prompt_token_s + ahead * t.tie_s
+        if ahead > 0.0:
+            wait += ahead * t.slot_s
+        kv = t.kv_excess + since
+        if kv > 0.0:
+            wait += kv * t.kv_token_s
+        return wait
+
+    def observe_engine_load(
+        self, load: float | None, view: EngineView | None = None, mean_work: float = 0.0
+    ) -> None:
+        """Hook for the control-plane load view: a FRESH load (and the view it came from), or
+        None when stale/missing. ``mean_work``: a mean request's work across the router."""
         self.engine_load = load
         self.inflight_at_view = self.inflight
+        self._prompts_at_view = self.work & PROMPT_MASK
+        if view is not None and view.max_running:
+            self._slots = view.max_running
+        self._terms = wait_terms(
+            view if load is not None else None,
+            own_inflight=self.inflight,
+            mean_work=mean_work if mean_work > 0 else DEFAULT_MAX_TOKENS,
+            slots=self._slots,
+        )
 
     def record_success(self) -> None:
         """An exchange completed: the worker answers."""

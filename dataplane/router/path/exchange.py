@@ -66,6 +66,7 @@ class Exchange:
         "_started",
         "_stats",
         "_stream",
+        "_work",
         "_worker",
         "conn",
     )
@@ -81,6 +82,7 @@ class Exchange:
         slot: Slot,
         extra: Headers,
         stream: bool,
+        work: int,
     ) -> None:
         self._proxy = proxy
         self._stats = stats
@@ -91,6 +93,7 @@ class Exchange:
         self._slot = slot
         self._extra = extra
         self._stream = stream
+        self._work = work  # the worker's share of it, given back with the in-flight count
         self.conn: Abandonable | None = None  # until the head arrives: abandoned if the client leaves
 
     # -- upstream.ResponseListener ---------------------------------------------------------
@@ -115,6 +118,7 @@ class Exchange:
                 response,
                 self._extra,
                 self._stream,
+                self._work,
             )
             try:
                 spawn(proxy.loop, relaying, self._request, responder)
@@ -122,10 +126,12 @@ class Exchange:
                 relaying.close()
                 response.abort()
                 worker.inflight -= 1
+                worker.work -= self._work
                 self._bug()
             return
         # In-flight first: nothing below may leave it counted (``_bug`` does not touch it).
         worker.inflight -= 1
+        worker.work -= self._work
         try:
             status = response.status
             extra = self._extra
@@ -145,6 +151,7 @@ class Exchange:
         responder.on_disconnect(None)
         worker = self._worker
         worker.inflight -= 1
+        worker.work -= self._work
         try:
             worker.record_failure()
             self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(error))
@@ -160,6 +167,7 @@ class Exchange:
         conn, self.conn = self.conn, None
         worker = self._worker
         worker.inflight -= 1
+        worker.work -= self._work
         try:
             if conn is not None:
                 conn.abandon()  # mid-exchange: the connection cannot be reused

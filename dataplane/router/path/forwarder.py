@@ -96,34 +96,73 @@ class Forwarder:
         group: tuple[Worker, ...],
         extra: Headers,
         stream: bool,
+        work: int,
     ) -> Coroutine[Any, Any, None] | Deferred:
         """The fast path: a free slot and an idle HTTP/1.1 connection to the picked worker; the
         request is written now and the answer handled by callbacks (``exchange``). Anything
         else (queueing, connecting, h2c, retrying) goes on as the request's task (``_run``).
+        ``work``: the request's (``balancer.request_work``), held by the worker while in flight.
         """
         slot = self._admission.try_acquire()
         if slot is None:
-            return self._run(stats, started, request, responder, target, body, headers, group, extra, stream)
+            return self._run(
+                stats, started, request, responder, target, body, headers, group, extra, stream, work
+            )
         if len(group) == 1:
             worker = group[0]
             if not worker.healthy:
                 return self._run(
-                    stats, started, request, responder, target, body, headers, group, extra, stream, slot
+                    stats,
+                    started,
+                    request,
+                    responder,
+                    target,
+                    body,
+                    headers,
+                    group,
+                    extra,
+                    stream,
+                    work,
+                    slot,
                 )
         else:
             candidates = [w for w in group if w.healthy]
             if not candidates:
                 return self._run(
-                    stats, started, request, responder, target, body, headers, group, extra, stream, slot
+                    stats,
+                    started,
+                    request,
+                    responder,
+                    target,
+                    body,
+                    headers,
+                    group,
+                    extra,
+                    stream,
+                    work,
+                    slot,
                 )
             worker = self._balancer.pick(candidates) if len(candidates) > 1 else candidates[0]
         pool = worker.pool
         if not isinstance(pool, H1Pool):
             return self._run(
-                stats, started, request, responder, target, body, headers, group, extra, stream, slot, worker
+                stats,
+                started,
+                request,
+                responder,
+                target,
+                body,
+                headers,
+                group,
+                extra,
+                stream,
+                work,
+                slot,
+                worker,
             )
-        exchange = Exchange(self, stats, started, request, responder, worker, slot, extra, stream)
+        exchange = Exchange(self, stats, started, request, responder, worker, slot, extra, stream, work)
         worker.inflight += 1
+        worker.work += work
         try:
             conn = pool.start(
                 request.method,
@@ -136,6 +175,7 @@ class Forwarder:
         except UpstreamUnreachable:
             # A pooled connection found closed: nothing reached the worker, retry (SPEC §5).
             worker.inflight -= 1
+            worker.work -= work
             worker.record_failure()
             self._metrics.upstream_outcome(worker.url, worker.protocol, UNREACHABLE)
             return self._run(
@@ -149,18 +189,33 @@ class Forwarder:
                 group,
                 extra,
                 stream,
+                work,
                 slot,
                 worker,
                 True,
             )
         except BaseException:
             worker.inflight -= 1
+            worker.work -= work
             slot.release()
             raise
         if conn is None:  # nothing idle: connect in the task
             worker.inflight -= 1
+            worker.work -= work
             return self._run(
-                stats, started, request, responder, target, body, headers, group, extra, stream, slot, worker
+                stats,
+                started,
+                request,
+                responder,
+                target,
+                body,
+                headers,
+                group,
+                extra,
+                stream,
+                work,
+                slot,
+                worker,
             )
         exchange.conn = conn
         responder.on_disconnect(exchange.on_client_gone)
@@ -178,6 +233,7 @@ class Forwarder:
         group: tuple[Worker, ...],
         extra: Headers,
         stream: bool,
+        work: int,
         slot: Slot | None = None,
         first: Worker | None = None,
         unreachable: bool = False,
@@ -208,7 +264,17 @@ class Forwarder:
             if slot is not None:
                 try:
                     status = await self._forward(
-                        request, responder, target, body, headers, group, extra, stream, first, unreachable
+                        request,
+                        responder,
+                        target,
+                        body,
+                        headers,
+                        group,
+                        extra,
+                        stream,
+                        work,
+                        first,
+                        unreachable,
                     )
                 finally:
                     slot.release()
@@ -237,6 +303,7 @@ class Forwarder:
         group: Sequence[Worker],
         extra: Headers,
         stream: bool,
+        work: int,
         first: Worker | None = None,
         unreachable: bool = False,
     ) -> int:
@@ -262,12 +329,14 @@ class Forwarder:
                     return responder.answer_error(err, extra)
                 worker = self._balancer.pick(candidates) if len(candidates) > 1 else candidates[0]
             worker.inflight += 1
+            worker.work += work
             try:
                 response = await worker.pool.request(
                     request.method, target, headers, body, timeout_s=config.request_timeout_s
                 )
             except UpstreamUnreachable as refused:
                 worker.inflight -= 1
+                worker.work -= work
                 worker.record_failure()
                 metrics.upstream_outcome(worker.url, worker.protocol, UNREACHABLE)
                 tried.append(worker)
@@ -278,16 +347,19 @@ class Forwarder:
                 continue
             except (UpstreamTimeout, UpstreamBodyIncomplete) as failed:
                 worker.inflight -= 1
+                worker.work -= work
                 worker.record_failure()
                 metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(failed))
                 return responder.answer_error(failed, extra)
             except BaseException:
                 worker.inflight -= 1
+                worker.work -= work
                 metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
                 raise
             complete = response.buffered_body()
             if complete is not None:  # the small-answer fast path: no relay coroutine
                 worker.inflight -= 1
+                worker.work -= work
                 responder.respond(
                     response.status, response.headers + extra if extra else response.headers, complete
                 )
@@ -298,3 +370,4 @@ class Forwarder:
                 return await relay(self._metrics, responder, worker, response, extra, stream)
             finally:
                 worker.inflight -= 1
+                worker.work -= work

@@ -31,7 +31,7 @@ from dataplane.errors import (
 )
 from dataplane.http import Deferred, Request, Responder
 from dataplane.router.admission import Admission
-from dataplane.router.balancer import Balancer
+from dataplane.router.balancer import DEFAULT_MAX_TOKENS, WORK_SHIFT, Balancer, request_work
 from dataplane.router.body import RequestBody
 from dataplane.router.contract.enforce import enforce
 from dataplane.router.contract.form import probe_form
@@ -95,9 +95,19 @@ class Proxy(Forwarder):
                 if isinstance(judged, int):
                     status = judged
                 else:
-                    body, headers, group, extra, stream = judged
+                    body, headers, group, extra, stream, work = judged
                     return self._send(
-                        stats, started, request, responder, forward_to, body, headers, group, extra, stream
+                        stats,
+                        started,
+                        request,
+                        responder,
+                        forward_to,
+                        body,
+                        headers,
+                        group,
+                        extra,
+                        stream,
+                        work,
                     )
             else:
                 try:
@@ -117,6 +127,7 @@ class Proxy(Forwarder):
                         group,
                         _NONE,
                         False,
+                        request_work(None, len(request.body) >> 2) if len(group) > 1 else 0,
                     )
         elif (endpoint := self._endpoints.get(path)) is not None:
             stats, answer = endpoint
@@ -163,9 +174,10 @@ class Proxy(Forwarder):
 
     def _judge(
         self, request: Request, responder: Responder, route: Route
-    ) -> int | tuple[RequestBody, Headers, tuple[Worker, ...], Headers, bool]:
-        """Probe, model lookup, contract (SPEC §3.3): the body and headers to forward, or the
-        status answered."""
+    ) -> int | tuple[RequestBody, Headers, tuple[Worker, ...], Headers, bool, int]:
+        """Probe, model lookup, contract (SPEC §3.3): the body and headers to forward and the
+        request's work (``balancer.request_work``: its ``max_tokens`` and prompt), or the status
+        answered."""
         contracts = self._state.contracts
         if contracts is None:
             return responder.answer_error(ContractUnavailable(), _NONE)
@@ -191,7 +203,13 @@ class Proxy(Forwarder):
                     raise
         except RouterError as err:
             return responder.answer_error(err, extra)
-        return body, headers, group, extra, probe.stream is True
+        if len(group) > 1:
+            # balancer.request_work, inlined (the hot path): max_tokens and the prompt, packed.
+            cap = probe.max_tokens
+            work = ((DEFAULT_MAX_TOKENS if cap is None else cap) << WORK_SHIFT) + (len(request.body) >> 2)
+        else:
+            work = 0  # a model served by one worker is never scored: nothing to hold
+        return body, headers, group, extra, probe.stream is True, work
 
     def _group(self, model: str | None) -> tuple[str, tuple[Worker, ...]]:
         workers = self._state.workers

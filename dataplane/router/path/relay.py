@@ -112,6 +112,7 @@ async def relay_rest(
     response: UpstreamResponse,
     extra: Headers,
     stream: bool,
+    work: int,
 ) -> None:
     """The rest of a callback-driven exchange whose answer is still on its way, as a task: it
     owns the slot and the in-flight count from the head on (the task path's ``_run``)."""
@@ -123,6 +124,7 @@ async def relay_rest(
             status = await relay(metrics, responder, worker, response, extra, stream)
         finally:
             worker.inflight -= 1
+            worker.work -= work
             slot.release()
     except asyncio.CancelledError:
         if not responder.disconnected:

@@ -15,7 +15,7 @@ import zmq.asyncio
 from controlplane.load.wire import LoadStat, encode_frame
 from controlplane.v1 import load_pb2, load_pb2_grpc
 from dataplane.router.control.client import subscription
-from dataplane.router.control.convert import ControlClientSettings, EngineLoad
+from dataplane.router.control.convert import ControlClientSettings
 from dataplane.router.fleet.workers import WorkerSpec
 from tests.fakes.control_targets import FakeRouter
 from tests.fakes.inproc_control_plane import running_control_plane
@@ -73,7 +73,8 @@ async def test_registered_worker_and_its_fresh_load_reach_the_router(tmp_path: P
             async with publishing(endpoint, running=3, waiting=2):
 
                 async def fresh() -> bool:
-                    return router.loads.get("http://127.0.0.1:9") == EngineLoad(3, 2, True)
+                    view = router.loads.get("http://127.0.0.1:9")
+                    return view is not None and (view.running, view.waiting, view.fresh) == (3, 2, True)
 
                 await eventually(fresh, timeout_s=5)
                 assert router.workers[-1] == (WorkerSpec("http://127.0.0.1:9", "h2c", ("m",)),)

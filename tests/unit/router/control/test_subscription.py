@@ -96,6 +96,46 @@ def test_engine_load_counts_only_while_fresh() -> None:
     assert engine_load(stale).fresh is False
 
 
+def test_engine_load_carries_the_full_loadstat_or_none() -> None:
+    """SGLang 0.5.23's appended counts reach the router's view; an older engine's are None."""
+    full = load_pb2.WorkerLoad(
+        url="u",
+        num_running_reqs=3,
+        num_waiting_reqs=2,
+        num_tokens=900,
+        max_total_num_tokens=4096,
+        freshness=load_pb2.FRESHNESS_FRESH,
+        num_waiting_uncached_tokens=700,
+        num_total_tokens=1600,
+        max_running_requests=8,
+        total_prefill_uncached_tokens=10,
+        total_prefill_busy_us=20,
+    )
+    assert engine_load(full, 500.0) == EngineLoad(3, 2, True, 900, 4096, 700, 1600, 8, 500.0)
+    old = engine_load(load_pb2.WorkerLoad(url="u", num_running_reqs=3, freshness=load_pb2.FRESHNESS_FRESH))
+    assert (old.waiting_uncached_tokens, old.total_tokens, old.max_running) == (None, None, None)
+
+
+def test_prefill_rate_follows_the_deltas_of_the_cumulative_counters() -> None:
+    """Tokens per second of prefill time between views; the lifetime average before any delta and
+    after a counter went back (a restarted engine); unchanged while the engine does not prefill."""
+    views = LoadViews()
+    w = load_pb2.WorkerLoad
+
+    def rate(tokens: int, busy_us: int) -> float | None:
+        view = w(url="a", total_prefill_uncached_tokens=tokens, total_prefill_busy_us=busy_us)
+        views.fold(load_pb2.WatchLoadsResponse(workers=[view]))
+        return views.views["a"].prefill_tokens_per_s
+
+    assert rate(0, 0) is None
+    assert rate(3000, 100_000) == pytest.approx(30_000)  # first delta
+    assert rate(4000, 150_000) == pytest.approx(20_000)
+    assert rate(4000, 150_000) == pytest.approx(20_000)  # idle: the last measured
+    assert rate(500, 10_000) == pytest.approx(50_000)  # restarted: its lifetime average
+    views.fold(load_pb2.WatchLoadsResponse(workers=[w(url="b")]))
+    assert views.views["b"].prefill_tokens_per_s is None  # a six-position engine
+
+
 def test_load_views_fold_full_then_deltas() -> None:
     """A full message replaces the view; deltas update changed workers and drop removed ones."""
     views = LoadViews()

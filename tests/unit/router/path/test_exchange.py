@@ -82,10 +82,11 @@ def _exchange(metrics: Metrics) -> tuple[Exchange, RecordingResponder, Admission
     assert slot is not None
     worker = Worker(WorkerSpec("http://w:1", "http1", ("m",)), cast(Any, None))
     worker.inflight = 1  # as ``Proxy._send`` leaves it
+    worker.work = 5
     responder = RecordingResponder()
     stats = RouteStats("/v1/chat/completions")
     exchange = Exchange(
-        cast(Any, Proxy(metrics)), stats, 0.0, cast(Any, None), responder, worker, slot, REVISION, False
+        cast(Any, Proxy(metrics)), stats, 0.0, cast(Any, None), responder, worker, slot, REVISION, False, 5
     )
     exchange.conn = cast(Any, Connection())
     return exchange, responder, admission, worker, stats
@@ -101,7 +102,13 @@ def test_complete_answer_is_relayed_with_the_revision_and_everything_given_back(
         [(b"content-type", b"application/json"), *REVISION],
         b'{"ok":true}',
     )
-    assert (admission.in_use, worker.inflight, stats.by_status, metrics.outcomes) == (0, 0, {200: 1}, ["ok"])
+    assert (admission.in_use, worker.inflight, worker.work, stats.by_status, metrics.outcomes) == (
+        0,
+        0,
+        0,
+        {200: 1},
+        ["ok"],
+    )
 
 
 def test_timeout_before_the_head_is_504_and_everything_given_back() -> None:
@@ -111,7 +118,7 @@ def test_timeout_before_the_head_is_504_and_everything_given_back() -> None:
     exchange.on_failure(UpstreamTimeout())
     assert responder.answer is not None and responder.answer[0] == 504
     assert json.loads(responder.answer[2])["error"]["code"] == "upstream_timeout"
-    assert (admission.in_use, worker.inflight, worker.consecutive_failures) == (0, 0, 1)
+    assert (admission.in_use, worker.inflight, worker.work, worker.consecutive_failures) == (0, 0, 0, 1)
     assert (stats.by_status, metrics.outcomes) == ({504: 1}, ["timeout"])
 
 
@@ -140,4 +147,4 @@ def test_a_bug_in_a_callback_answers_500_and_leaks_nothing(broken: str) -> None:
         assert responder.answer[1][-1] == (b"x-router-error-code", b"internal_error")
     else:  # the answer went out before the bug: nothing more to send
         assert responder.answer is not None and responder.answer[0] == 200
-    assert (admission.in_use, worker.inflight) == (0, 0)
+    assert (admission.in_use, worker.inflight, worker.work) == (0, 0, 0)
