@@ -14,7 +14,10 @@ counted: bench/router_overhead.py measures that):
 - ``bare``: the same front door and request with a handler that answers the same bytes at once:
   the baseline of one HTTP hop on the same stack;
 - ``--dialects``: the router again, with the same text sent to ``/v1/responses`` and to
-  ``/generate`` (fields under ``sampling_params``).
+  ``/generate`` (fields under ``sampling_params``);
+- ``--workers N``: the chat request again on a router with N workers whose engine load views are
+  FRESH (a control plane's, applied once), so the balancer scores N candidates per request
+  (``least_load``; the row ``router-Nw``).
 
 Each row is measured as (instructions of N requests - instructions of N/4 requests) / (3N/4), so
 interpreter start-up and imports cancel out.
@@ -121,6 +124,28 @@ class MemoryTransport:
         return False
 
 
+def _fresh_views(urls: list[str]) -> dict[str, Any]:
+    """FRESH engine views of SGLang 0.5.23's full LoadStat, a different load on each worker."""
+    from dataplane.router.control.convert import EngineLoad
+
+    views = {}
+    for i, url in enumerate(urls):
+        fields = {
+            "running": 2 + i,
+            "waiting": i % 2,
+            "fresh": True,
+            "tokens": 4000 + 500 * i,
+            "capacity": 262144,
+            "waiting_uncached_tokens": 300 * (i % 2),
+            "total_tokens": 4300 + 500 * i,
+            "max_running": 8,
+            "prefill_tokens_per_s": 30000.0,
+        }
+        known = EngineLoad.__dataclass_fields__  # the view's fields at this commit
+        views[url] = EngineLoad(**{k: v for k, v in fields.items() if k in known})
+    return views
+
+
 async def _drive(mode: str, n: int) -> None:
     from dataplane.http import Request, Responder, ServerLimits
     from dataplane.http.context import ServerContext
@@ -133,11 +158,14 @@ async def _drive(mode: str, n: int) -> None:
 
     loop = asyncio.get_running_loop()
     request = ROUTE_REQUESTS.get(mode, REQUEST)
-    if mode in ROUTE_REQUESTS:
-        url = "http://127.0.0.1:9"
-        args = ["--listen", "127.0.0.1:0", "--worker", url, "--override-sampling-params", CONTRACT]
+    workers = int(mode.split("-")[1].removesuffix("w")) if mode.startswith("router-") else 0
+    if mode in ROUTE_REQUESTS or workers:
+        urls = [f"http://127.0.0.1:{9 + i}" for i in range(max(1, workers))]
+        args = ["--listen", "127.0.0.1:0", "--worker", urls[0], "--override-sampling-params", CONTRACT]
         router = Router(settings_from_args(build_parser().parse_args(args)))
-        router.state.apply_workers([WorkerSpec(url, "http1", (MODEL,))])
+        router.state.apply_workers([WorkerSpec(url, "http1", (MODEL,)) for url in urls])
+        if workers:
+            router.state.apply_loads(_fresh_views(urls))
 
         async def connect(pool: upstream_h1.H1Pool, _: object, __: float) -> h1_connection.H1Connection:
             conn = h1_connection.H1Connection(pool)
@@ -206,10 +234,11 @@ def _instructions(mode: str, n: int) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--inner", choices=("bare", *ROUTE_REQUESTS), help=argparse.SUPPRESS)
+    parser.add_argument("--inner", help=argparse.SUPPRESS)
     parser.add_argument(
         "--dialects", action="store_true", help="also /v1/responses and /generate (SPEC §5.1), same contract"
     )
+    parser.add_argument("--workers", type=int, default=0, help="also N workers with FRESH engine views")
     args = parser.parse_args()
     if args.inner:
         import gc
@@ -225,7 +254,10 @@ def main() -> int:
         return 2
     n, small = args.requests, args.requests // 4
     per_request = {}
-    for mode in ("bare", "router", *(("responses", "generate") if args.dialects else ())):
+    modes = ["bare", "router", *(("responses", "generate") if args.dialects else ())]
+    if args.workers:
+        modes.append(f"router-{args.workers}w")
+    for mode in modes:
         per_request[mode] = (_instructions(mode, n) - _instructions(mode, small)) / (n - small)
     print(f"router instructions — 1 KiB chat body, in-memory transports, uvloop, {n} - {small} requests")
     print(f"{'mode':<10}{'instructions/req':>18}{'x bare':>8}")
