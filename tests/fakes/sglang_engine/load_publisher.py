@@ -36,6 +36,12 @@ import zmq
 from tests.fakes.sglang_engine import wheel
 
 MODULE = "sglang.srt.managers.scheduler_components.load_publisher"
+# The golden capture: what 0.5.23's SchedulerLoadPublisher sent on a real ZMQ socket (seq 0) for
+# ``SNAPSHOT``: running 3, waiting 2, 1500 KV tokens of 262144, rank 0, 700 uncached waiting
+# tokens, 2200 total, limit 256, 123456 prefilled tokens in 78901 µs — eleven positions.
+GOLDEN_SGLANG_0_5_23 = bytes.fromhex(
+    "9ba84c6f6164537461740302cd05dcce0004000000cd02bccd0898cd0100ce0001e240ce00013435"
+)
 _GUARDED = ("psutil", "torch", "numpy")
 _RANKS = {
     "pp_rank": 0,
@@ -81,6 +87,9 @@ def module() -> types.ModuleType:
         sys.meta_path.remove(finder)
         for guarded in [n for n, m in sys.modules.items() if isinstance(m, wheel.Guard)]:
             del sys.modules[guarded]
+
+
+SNAPSHOT = Snapshot(3, 2, 1500, 262144, 700, 2200, 256, 123456, 78901)
 
 
 def _free_port() -> int:

@@ -10,17 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controlplane.load.wire import LOAD_TOPIC, LoadStat, WireError, decode_frame, encode_frame, encode_stat
+from tests.fakes.sglang_engine.load_publisher import GOLDEN_SGLANG_0_5_23
 
 # SGLang's engine: msgspec.msgpack.Encoder().encode(LoadStat(1, 2, 3, 4, 0)) (reference C.1).
 GOLDEN_WITH_RANK = bytes.fromhex("96a84c6f6164537461740102030400")
 GOLDEN_WITHOUT_RANK = bytes.fromhex("96a84c6f61645374617401020304c0")
-# SGLang 0.5.23's real SchedulerLoadPublisher on a real ZMQ socket (tests/unit/sglang_oracle/
-# test_load_publisher.py captures it again), for a snapshot of running 3, waiting 2, 1500 KV tokens
-# of 262144, rank 0, 700 uncached waiting tokens, 2200 total, limit 256, 123456 prefilled tokens
-# in 78901 µs: 11 positions.
-GOLDEN_SGLANG_0_5_23 = bytes.fromhex(
-    "9ba84c6f6164537461740302cd05dcce0004000000cd02bccd0898cd0100ce0001e240ce00013435"
-)
+# SGLang 0.5.23's real publisher's bytes (tests/fakes/sglang_engine/load_publisher.py: the golden
+# capture, and tests/unit/sglang_oracle/test_load_publisher.py, which captures it again).
 STAT_SGLANG_0_5_23 = LoadStat(3, 2, 1500, 262144, 0, 700, 2200, 256, 123456, 78901)
 _raw = msgspec.msgpack.Encoder()
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.load.wire import decode_frame
+from controlplane.load.wire import LoadStat, decode_frame
 from dataplane.engine.publisher import LoadPublisher
 from tests.fakes import sglang_engine as engine
-from tests.fakes.sglang_engine.load_publisher import Snapshot, capture
-from tests.unit.load.test_wire import GOLDEN_SGLANG_0_5_23, STAT_SGLANG_0_5_23
+from tests.fakes.sglang_engine.load_publisher import GOLDEN_SGLANG_0_5_23, SNAPSHOT, Snapshot, capture
 
 pytestmark = pytest.mark.skipif(not engine.WHEEL_INSTALLED, reason=engine.SKIP_REASON)
 
-SNAPSHOT = Snapshot(3, 2, 1500, 262144, 700, 2200, 256, 123456, 78901)
+STAT = LoadStat(3, 2, 1500, 262144, 0, 700, 2200, 256, 123456, 78901)
 
 
 class _Socket:
@@ -30,7 +29,7 @@ def test_the_golden_frame_is_what_sglang_sends() -> None:
     """The pinned 11-position bytes are those SGLang 0.5.23's publisher puts on the wire, seq 0 first."""
     frames = capture([SNAPSHOT])
     assert frames == [[b"load", bytes(8), GOLDEN_SGLANG_0_5_23]]
-    assert decode_frame(frames[0]) == (0, STAT_SGLANG_0_5_23)
+    assert decode_frame(frames[0]) == (0, STAT)
 
 
 def test_our_publisher_sends_sglangs_bytes() -> None:
