@@ -1,8 +1,10 @@
 """``fleetplane loads [--watch]`` (SPEC §1, §6 GetLoads/WatchLoads): worker load at a glance.
 
-One row per worker: freshness, running and waiting requests, a KV-cache bar, the age of the
-oldest rank's last frame, and the frame accounting (dropped, restarts, malformed); below the
-table, the ranks whose load publisher cannot be reached, and why.
+One row per worker: freshness, running requests against the running limit, waiting requests and
+their uncached prompt tokens, a KV-cache bar, the prefill speed (from the cumulative counters of
+SGLang 0.5.23's LoadStat; ``-`` for an engine that does not send them), the age of the oldest
+rank's last frame, and the frame accounting (dropped, restarts, malformed); below the table, the
+ranks whose load publisher cannot be reached, and why.
 ``--watch`` follows WatchLoads and redraws in place (at least once a second, so ages move)
 until Ctrl-C; with ``--output json`` it prints each stream message as one JSON line.
 """
@@ -52,6 +54,17 @@ def bar(used: int, capacity: int) -> str:
     return f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {share:4.0%}"
 
 
+def _optional(message: load_pb2.WorkerLoad, name: str) -> str:
+    return str(getattr(message, name)) if message.HasField(name) else "-"
+
+
+def prefill_rate(w: load_pb2.WorkerLoad) -> str:
+    """Prefill tokens per second of prefill time since the engine started, or ``-``."""
+    if not w.HasField("total_prefill_busy_us") or not w.total_prefill_busy_us:
+        return "-"
+    return f"{w.total_prefill_uncached_tokens / (w.total_prefill_busy_us / 1e6):.0f}"
+
+
 def render(workers: Iterable[load_pb2.WorkerLoad], extra_age_s: float = 0.0) -> str:
     """The load table; ``extra_age_s`` is the time since the view was built (for --watch)."""
     rows = []
@@ -68,9 +81,12 @@ def render(workers: Iterable[load_pb2.WorkerLoad], extra_age_s: float = 0.0) -> 
                 w.url,
                 FRESHNESS.get(w.freshness, "?"),
                 w.num_running_reqs,
+                _optional(w, "max_running_requests"),
                 w.num_waiting_reqs,
+                _optional(w, "num_waiting_uncached_tokens"),
                 bar(w.num_tokens, w.max_total_num_tokens),
                 f"{w.num_tokens}/{w.max_total_num_tokens}",
+                prefill_rate(w),
                 f"{w.age_s + extra_age_s:.1f}s" if known else "-",
                 len(w.ranks),
                 sum(r.dropped_frames for r in w.ranks),
@@ -84,9 +100,12 @@ def render(workers: Iterable[load_pb2.WorkerLoad], extra_age_s: float = 0.0) -> 
         "worker",
         "freshness",
         "running",
+        "limit",
         "waiting",
+        "queued tokens",
         "kv cache",
         "kv tokens",
+        "prefill tok/s",
         "age",
         "ranks",
         "dropped",

@@ -14,7 +14,7 @@ import structlog
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from controlplane import metrics
-from controlplane.load.table import Freshness, RankView, WorkerView
+from controlplane.load.table import APPENDED, Freshness, RankView, WorkerView
 from controlplane.store.workers import Protocol, WorkerRecord
 from controlplane.v1 import load_pb2
 
@@ -107,6 +107,11 @@ def _set_fields(message: Any, fields: dict[str, object], prefix: str) -> list[st
     return broken
 
 
+def _appended(view: WorkerView | RankView) -> dict[str, object]:
+    """The appended LoadStat counts the view has (optional fields: unset when unknown)."""
+    return {name: value for name in APPENDED if (value := getattr(view, name)) is not None}
+
+
 def _worker_fields(view: WorkerView) -> dict[str, object]:
     return {
         "url": view.url,
@@ -116,11 +121,13 @@ def _worker_fields(view: WorkerView) -> dict[str, object]:
         "max_total_num_tokens": view.max_total_num_tokens,
         "freshness": FRESHNESS[view.freshness],
         "age_s": view.age_s,
+        **_appended(view),
     }
 
 
 def _rank_fields(r: RankView) -> dict[str, object]:
     return {
+        **_appended(r),
         "dp_rank": r.dp_rank,
         "endpoint": r.endpoint,
         "num_running_reqs": r.num_running_reqs,

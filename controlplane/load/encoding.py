@@ -25,7 +25,15 @@ from controlplane.load.convert import (
     lenient_worker_load,
     timestamp,
 )
-from controlplane.load.table import Freshness, RankState, worker_freshness, worker_view
+from controlplane.load.table import (
+    APPENDED,
+    Freshness,
+    RankState,
+    appended_sums,
+    worker_freshness,
+    worker_view,
+)
+from controlplane.load.wire import LoadStat
 from controlplane.v1 import load_pb2
 
 _LEN = 2  # wire type of length-delimited fields
@@ -117,6 +125,7 @@ class WorkerLoadEncoder:
                 msg.max_total_num_tokens = stat.max_total_num_tokens
             else:
                 msg.num_running_reqs = msg.num_waiting_reqs = msg.num_tokens = msg.max_total_num_tokens = 0
+            _set_appended(msg, stat)
             msg.freshness = freshness
             msg.age_s = age
             return msg.SerializeToString()
@@ -141,6 +150,11 @@ class WorkerLoadEncoder:
         msg.num_waiting_reqs = waiting
         msg.num_tokens = tokens
         msg.max_total_num_tokens = capacity
+        for name, value in zip(APPENDED, appended_sums([r.stat for r in ranks]), strict=True):
+            if value is not None:
+                setattr(msg, name, value)
+            elif msg.HasField(name):
+                msg.ClearField(name)
         msg.freshness = FRESHNESS[
             worker_freshness(any_unknown=any_unknown, any_stale=any_stale, ranks=len(ranks))
         ]
@@ -168,6 +182,7 @@ def _fill(
         m.max_total_num_tokens = stat.max_total_num_tokens
     else:  # a re-registered worker may reuse a message that had values
         m.num_running_reqs = m.num_waiting_reqs = m.num_tokens = m.max_total_num_tokens = 0
+    _set_appended(m, stat)
     m.seq = r.seq
     m.age_s = age
     m.frames_received = r.frames_received
@@ -181,6 +196,29 @@ def _fill(
         m.malformed_frames = r.malformed_frames
     m.connect_error = r.connect_error  # set and cleared: connections come and go
     return freshness, age
+
+
+def _set_appended(m: load_pb2.WorkerLoad | load_pb2.RankLoad, stat: LoadStat | None) -> None:
+    """SGLang 0.5.23's appended counts of ``stat`` (SPEC §7); unset when it has none (an older
+    engine's six positions), cleared if an earlier frame had set them."""
+    if (
+        stat is not None
+        and stat.total_prefill_busy_us is not None
+        and stat.num_waiting_uncached_tokens is not None
+    ):
+        # The usual frame of an 0.5.23 engine: all five present.
+        m.num_waiting_uncached_tokens = stat.num_waiting_uncached_tokens
+        m.num_total_tokens = stat.num_total_tokens  # type: ignore[assignment]
+        m.max_running_requests = stat.max_running_requests  # type: ignore[assignment]
+        m.total_prefill_uncached_tokens = stat.total_prefill_uncached_tokens  # type: ignore[assignment]
+        m.total_prefill_busy_us = stat.total_prefill_busy_us
+        return
+    for name in APPENDED:  # a six-position frame (or a part of the five)
+        value = None if stat is None else getattr(stat, name)
+        if value is not None:
+            setattr(m, name, value)
+        elif m.HasField(name):
+            m.ClearField(name)
 
 
 _UNKNOWN = FRESHNESS[Freshness.UNKNOWN]

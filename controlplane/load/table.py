@@ -96,11 +96,28 @@ class RankView:
     frames_received: int
     malformed_frames: int
     connect_error: str = ""
+    # SGLang 0.5.23's appended counts (SPEC §7); None: the last frame had six positions.
+    num_waiting_uncached_tokens: int | None = None
+    num_total_tokens: int | None = None
+    max_running_requests: int | None = None
+    total_prefill_uncached_tokens: int | None = None
+    total_prefill_busy_us: int | None = None
+
+
+# The appended LoadStat counts, in wire order: each is summed per worker (tokens and requests add
+# up over ranks, and so do the cumulative prefill counters whose deltas give the prefill rate).
+APPENDED = (
+    "num_waiting_uncached_tokens",
+    "num_total_tokens",
+    "max_running_requests",
+    "total_prefill_uncached_tokens",
+    "total_prefill_busy_us",
+)
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerView:
-    """One worker summed over its ranks."""
+    """One worker summed over its ranks; an appended count is summed only when every rank sent it."""
 
     url: str
     num_running_reqs: int
@@ -110,6 +127,29 @@ class WorkerView:
     freshness: Freshness
     age_s: float
     ranks: tuple[RankView, ...]
+    num_waiting_uncached_tokens: int | None = None
+    num_total_tokens: int | None = None
+    max_running_requests: int | None = None
+    total_prefill_uncached_tokens: int | None = None
+    total_prefill_busy_us: int | None = None
+
+
+def appended_sums(stats: Sequence[LoadStat | None]) -> tuple[int | None, ...]:
+    """The per-worker sums of the appended counts: None where a rank lacks one (or has no stat,
+    or there is no rank)."""
+    if not stats:
+        return (None,) * len(APPENDED)
+    sums: list[int | None] = []
+    for name in APPENDED:
+        total: int | None = 0
+        for stat in stats:
+            value = None if stat is None else getattr(stat, name)
+            if value is None:
+                total = None
+                break
+            total += value
+        sums.append(total)
+    return tuple(sums)
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,8 +361,16 @@ def worker_view(url: str, ranks: Sequence[RankState], now: float, stale_after_s:
                 frames_received=rank.frames_received,
                 malformed_frames=rank.malformed_frames,
                 connect_error=rank.connect_error,
+                num_waiting_uncached_tokens=None if stat is None else stat.num_waiting_uncached_tokens,
+                num_total_tokens=None if stat is None else stat.num_total_tokens,
+                max_running_requests=None if stat is None else stat.max_running_requests,
+                total_prefill_uncached_tokens=None if stat is None else stat.total_prefill_uncached_tokens,
+                total_prefill_busy_us=None if stat is None else stat.total_prefill_busy_us,
             )
         )
+    uncached, total, limit, prefilled, busy_us = (
+        appended_sums([r.stat for r in ranks]) if ranks else (None,) * 5
+    )
     return WorkerView(
         url=url,
         num_running_reqs=running,
@@ -332,6 +380,11 @@ def worker_view(url: str, ranks: Sequence[RankState], now: float, stale_after_s:
         freshness=worker_freshness(any_unknown=any_unknown, any_stale=any_stale, ranks=len(views)),
         age_s=oldest,
         ranks=tuple(views),
+        num_waiting_uncached_tokens=uncached,
+        num_total_tokens=total,
+        max_running_requests=limit,
+        total_prefill_uncached_tokens=prefilled,
+        total_prefill_busy_us=busy_us,
     )
 
 

@@ -19,6 +19,7 @@ sends:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.util
@@ -27,7 +28,7 @@ import socket
 import sys
 import time
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,46 +99,55 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def capture(
-    snapshots: Sequence[Snapshot], *, publish_interval: int = 15, force: bool = True
-) -> list[list[bytes]]:
-    """The frames SGLang's publisher sends for ``snapshots`` (one ``publish_load_stat`` call each),
-    as a real SUB socket on loopback receives them."""
+@contextlib.contextmanager
+def publisher(port: int, *, publish_interval: int = 15) -> Iterator[Any]:
+    """SGLang 0.5.23's ``SchedulerLoadPublisher``, bound at ``127.0.0.1:port``, closed on exit."""
     publisher_module = module()
     parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
-    port = _free_port()
     real_open: Callable[[str], Any] = publisher_module._open_pub_socket
     publisher_module._open_pub_socket = lambda endpoint: real_open(
         endpoint.replace("tcp://*:", "tcp://127.0.0.1:")
     )
     saved = dict(parallel._stamp)
     parallel._stamp.update(_RANKS)
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    sub = context.socket(zmq.SUB)
     try:
-        publisher = publisher_module.SchedulerLoadPublisher(
+        instance = publisher_module.SchedulerLoadPublisher(
             kv_events_config=json.dumps({"publisher": "zmq", "endpoint": f"tcp://*:{_free_port()}"}),
             load_publish_endpoint=f"tcp://*:{port}",
             publish_interval=publish_interval,
         )
-        if not publisher.enable:
-            raise RuntimeError("SGLang's load publisher did not bind")
-        sub.setsockopt(zmq.LINGER, 0)
-        sub.setsockopt(zmq.SUBSCRIBE, b"")
-        sub.connect(f"tcp://127.0.0.1:{port}")
-        time.sleep(0.3)  # the subscription reaches the PUB before anything is sent
-        try:
+    finally:
+        parallel._stamp.clear()
+        parallel._stamp.update(saved)
+        publisher_module._open_pub_socket = real_open
+    if not instance.enable:
+        raise RuntimeError("SGLang's load publisher did not bind")
+    try:
+        yield instance
+    finally:
+        instance.close()
+
+
+def capture(
+    snapshots: Sequence[Snapshot], *, publish_interval: int = 15, force: bool = True
+) -> list[list[bytes]]:
+    """The frames SGLang's publisher sends for ``snapshots`` (one ``publish_load_stat`` call each),
+    as a real SUB socket on loopback receives them."""
+    port = _free_port()
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    sub = context.socket(zmq.SUB)
+    try:
+        with publisher(port, publish_interval=publish_interval) as instance:
+            sub.setsockopt(zmq.LINGER, 0)
+            sub.setsockopt(zmq.SUBSCRIBE, b"")
+            sub.connect(f"tcp://127.0.0.1:{port}")
+            time.sleep(0.3)  # the subscription reaches the PUB before anything is sent
             for snapshot in snapshots:
-                publisher.publish_load_stat(lambda snapshot=snapshot: snapshot, force=force)
+                instance.publish_load_stat(lambda snapshot=snapshot: snapshot, force=force)
             frames: list[list[bytes]] = []
             while sub.poll(500):
                 frames.append(sub.recv_multipart())
             return frames
-        finally:
-            publisher.close()
     finally:
         sub.close(linger=0)
         context.destroy(linger=0)
-        parallel._stamp.clear()
-        parallel._stamp.update(saved)
-        publisher_module._open_pub_socket = real_open

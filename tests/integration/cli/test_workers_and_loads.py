@@ -75,7 +75,8 @@ async def test_workers_errors_exit_1_with_the_server_message(tmp_path: Path) -> 
 
 
 async def test_loads_table_shows_freshness_and_kv_bar(tmp_path: Path) -> None:
-    """`loads` prints one row per worker with counts, a KV bar and FRESH once frames arrive."""
+    """`loads` prints one row per worker with counts, a KV bar and FRESH once frames arrive; an
+    engine without SGLang 0.5.23's appended counts shows ``-`` for the limit and queued tokens."""
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     pub = Pub(ctx)
     try:
@@ -91,8 +92,19 @@ async def test_loads_table_shows_freshness_and_kv_bar(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, out
                 await asyncio.sleep(0.05)
             row = out.splitlines()[1].split()
-            assert row[:4] == [WORKER, "FRESH", "3", "2"]
+            assert row[:6] == [WORKER, "FRESH", "3", "-", "2", "-"]
             assert "[###.......]" in out and "300/1000" in out
+            # An 0.5.23 engine: the running limit, the queued prefill tokens and the prefill speed.
+            deadline = time.monotonic() + 5
+            while True:
+                pub.send(LoadStat(3, 2, 300, 1000, 0, 700, 1000, 8, 30_000, 1_000_000))
+                _, out, _ = await fleetplane("loads", *cp)
+                row = out.splitlines()[1].split()
+                if row[3] == "8":
+                    break
+                assert time.monotonic() < deadline, out
+                await asyncio.sleep(0.05)
+            assert row[:6] == [WORKER, "FRESH", "3", "8", "2", "700"] and "30000" in row
     finally:
         pub.close()
         ctx.destroy(linger=0)

@@ -123,7 +123,10 @@ def test_assembled_response_parses_as_the_runtime_encodes_it(
 
 _rank_states = st.lists(
     st.tuples(
-        st.none() | st.tuples(*[st.integers(min_value=0, max_value=2**52 - 1)] * 4),  # wire.MAX_COUNT
+        # wire.MAX_COUNT; four counts (a six-position frame) or SGLang 0.5.23's nine
+        st.none()
+        | st.tuples(*[st.integers(min_value=0, max_value=2**52 - 1)] * 4)
+        | st.tuples(*[st.integers(min_value=0, max_value=2**52 - 1)] * 9),
         st.integers(min_value=0, max_value=2**62),  # seq
         st.none() | st.floats(min_value=0.0, max_value=100.0),  # last frame, seconds ago
         st.integers(min_value=0, max_value=300),  # malformed frames
@@ -134,15 +137,17 @@ _rank_states = st.lists(
 
 @given(states=_rank_states, restarts=st.integers(min_value=0, max_value=2))
 def test_encoded_bytes_parse_as_the_view_for_any_rank_states(
-    states: list[tuple[tuple[int, int, int, int] | None, int, float | None, int]], restarts: int
+    states: list[tuple[tuple[int, ...] | None, int, float | None, int]], restarts: int
 ) -> None:
-    """Property: for any rank states the hand-encoded WorkerLoad parses to GetLoads' message."""
+    """Property: for any rank states the hand-encoded WorkerLoad parses to GetLoads' message, the
+    appended counts included (summed per worker only when every rank sent them)."""
     table = LoadTable(stale_after_s=3.0)
     ranks = table.set_worker(URL, [f"tcp://[::1]:{7000 + i}" for i in range(len(states))])
     now = 1000.0
     for rank, (counts, seq, ago, malformed) in zip(ranks, states, strict=True):
         if counts is not None and ago is not None:
-            table.record_frame(rank, seq, LoadStat(*counts, attn_dp_rank=rank.dp_rank), now - ago)
+            stat = LoadStat(*counts[:4], rank.dp_rank, *counts[4:])
+            table.record_frame(rank, seq, stat, now - ago)
             rank.publisher_restarts = restarts
             rank.dropped_frames = seq // 3
         for _ in range(malformed):

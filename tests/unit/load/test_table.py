@@ -32,6 +32,29 @@ def test_worker_sums_running_waiting_and_kv_over_ranks() -> None:
     assert [r.age_s for r in view.ranks] == [1.0, 0.5]
 
 
+def test_appended_counts_per_rank_and_summed_when_every_rank_sent_them() -> None:
+    """SGLang 0.5.23's five appended counts are kept per rank and summed per worker; a rank with a
+    six-position frame (or none) leaves the worker's sums unknown, not zero."""
+    table = LoadTable(stale_after_s=3.0)
+    r0, r1 = table.set_worker(URL, EPS)
+    table.record_frame(r0, 0, LoadStat(1, 2, 100, 1000, 0, 50, 400, 8, 7000, 300_000), now=10.0)
+    view = table.view(URL, now=10.0)
+    assert view is not None and view.ranks[0].num_waiting_uncached_tokens == 50
+    assert (view.num_waiting_uncached_tokens, view.max_running_requests) == (None, None)
+    table.record_frame(r1, 0, stat(3, 4, 200, 2000), now=10.0)
+    view = table.view(URL, now=10.0)
+    assert view is not None and view.num_total_tokens is None and view.ranks[1].num_total_tokens is None
+    table.record_frame(r1, 1, LoadStat(3, 4, 200, 2000, 1, 5, 300, 8, 3000, 100_000), now=10.5)
+    view = table.view(URL, now=11.0)
+    assert view is not None
+    assert (view.num_waiting_uncached_tokens, view.num_total_tokens, view.max_running_requests) == (
+        55,
+        700,
+        16,
+    )
+    assert (view.total_prefill_uncached_tokens, view.total_prefill_busy_us) == (10_000, 400_000)
+
+
 def test_unknown_before_first_frame_of_every_rank() -> None:
     """A worker is UNKNOWN until every rank has sent a frame, then FRESH."""
     table = LoadTable(stale_after_s=3.0)
