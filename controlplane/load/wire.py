@@ -75,10 +75,22 @@ class WireError(ValueError):
     """A frame that is not a well-formed load frame (counted and dropped by consumers)."""
 
 
+class _LoadStatPrefix(msgspec.Struct, array_like=True, gc=False, tag="LoadStat", frozen=True):
+    """The original six positions with their constraints, for a frame whose later ones do not
+    read as SGLang 0.5.23's counts (another revision's trailing elements)."""
+
+    num_running_reqs: _Count
+    num_waiting_reqs: _Count
+    num_tokens: _Count
+    max_total_num_tokens: _Count
+    attn_dp_rank: int | None = None
+
+
 _encoder = msgspec.msgpack.Encoder()
 # Extra trailing elements are ignored: array_like decoding tolerates them unless
 # forbid_unknown_fields is set, which later SGLang revisions rely on (a 12th element).
 _decoder = msgspec.msgpack.Decoder(LoadStat)
+_prefix_decoder = msgspec.msgpack.Decoder(_LoadStatPrefix)
 
 
 def encode_stat(stat: LoadStat) -> bytes:
@@ -120,9 +132,24 @@ def decode_frame(frames: list[bytes] | tuple[bytes, ...]) -> tuple[int, LoadStat
         # Negative counts are refused here too (the Meta(ge=0) constraints).
         return seq, _decoder.decode(payload)
     except msgspec.DecodeError as exc:
-        raise WireError(f"bad LoadStat payload: {exc}") from None
+        error = exc
+    except RecursionError:
+        raise WireError("bad LoadStat payload: nested too deeply") from None
+    try:
+        # Positions 7-11 that are not 0.5.23's counts (another revision's trailing elements,
+        # SPEC §7: accepted whatever they hold): the original six, the rest unknown.
+        prefix = _prefix_decoder.decode(payload)
+    except msgspec.DecodeError:
+        raise WireError(f"bad LoadStat payload: {error}") from None
     except RecursionError:
         # msgspec walks nested containers (trailing elements included) recursively and
         # raises RecursionError past Python's limit: a 1 KiB payload of nested arrays did.
         # It is garbage like any other, never an error that escapes into the ingest.
         raise WireError("bad LoadStat payload: nested too deeply") from None
+    return seq, LoadStat(
+        prefix.num_running_reqs,
+        prefix.num_waiting_reqs,
+        prefix.num_tokens,
+        prefix.max_total_num_tokens,
+        prefix.attn_dp_rank,
+    )
