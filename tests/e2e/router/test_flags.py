@@ -95,7 +95,7 @@ def test_bad_environment_value_is_one_line_naming_the_variable() -> None:
     done = fleetplane("router", env={"FLEETPLANE_POLICY": "random"})
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "fleetplane router: FLEETPLANE_POLICY='random': must be one of least_load, power_of_two, round_robin"
+        "fleetplane router: FLEETPLANE_POLICY='random': must be one of least_load, least_request, power_of_two, round_robin"
     ]
 
 
