@@ -124,14 +124,16 @@ class Row:
     e2e_p99_ms: float
 
 
-def model_rows(names: list[str], requests: int, seeds: int) -> list[Row]:
+def model_rows(
+    names: list[str], requests: int, seeds: int, targets: tuple[str, ...] = (*POLICIES, *ORACLES)
+) -> list[Row]:
     rows: list[Row] = []
     for name in names:
         scenario = SCENARIOS[name]
         per_target: dict[str, list[tuple[float, float, float]]] = {}
         for seed in range(1, seeds + 1):
             arrivals = trace(scenario, requests, seed)
-            for target in (*POLICIES, *ORACLES):
+            for target in targets:
                 outcomes: list[Outcome] = run(arrivals, target, routers=scenario.routers, seed=seed)
                 ttft = [o.ttft_s for o in outcomes]
                 e2e = [o.e2e_s for o in outcomes]
@@ -175,6 +177,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=1500, help="per trace (model)")
     parser.add_argument("--seeds", type=int, default=3, help="traces per scenario; medians")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--targets", default="", help="comma-separated policies/oracles (default: all)")
     parser.add_argument("--live", action="store_true", help="also real processes (scenario two-routers)")
     parser.add_argument("--peers", action="store_true", help="with --live: sglang-router and vllm-router")
     parser.add_argument("--live-requests", type=int, default=360)
@@ -191,7 +194,8 @@ def main() -> int:
         f"routing quality, in-process model: {ENGINES} engines × {SLOTS} slots, {LOAD:.0%} offered load, "
         f"{args.requests} requests per trace, medians of {args.seeds} traces"
     )
-    print(table(model_rows(names, args.requests, args.seeds), ""))
+    targets = tuple(t for t in args.targets.split(",") if t) or (*POLICIES, *ORACLES)
+    print(table(model_rows(names, args.requests, args.seeds, targets), ""))
     return 0
 
 
