@@ -1,5 +1,5 @@
 """engine-sim as a faithful engine, seen from a client: queueing shows as time to first chunk, a
-repeated system prompt is prefilled once, answers stop below max_tokens (issue 16)."""
+repeated system prompt is prefilled once, answers stop below max_tokens."""
 
 from __future__ import annotations
 
