@@ -14,12 +14,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 ENV_PREFIX = "FLEETPLANE_"
 # Flags whose value is a secret: --help says a value is set, never which.
 SECRET_OPTIONS = frozenset({"--token"})
+# Actions whose default came from the environment, and actions whose help is already final (an
+# action's parser copies it onto a subcommand's parser with the default shown, see ``help_text``).
+_FROM_ENV: weakref.WeakSet[argparse.Action] = weakref.WeakSet()
+_FINAL_HELP: weakref.WeakSet[argparse.Action] = weakref.WeakSet()
 
 
 def env_name(option: str) -> str:
@@ -35,15 +40,36 @@ class _BadEnvValue:
         self.message = message
 
 
-class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+def help_text(action: argparse.Action) -> str | None:
+    """An action's help with its default (the environment's value when set) as --help shows it.
+
+    No default shown when there is none to show ("(default: None)" tells the operator nothing); a
+    secret's value never, only that the environment set one.
+    """
+    text = action.help
+    if action in _FINAL_HELP or text is argparse.SUPPRESS:
+        return text
+    if SECRET_OPTIONS.intersection(action.option_strings):
+        return f"{text} (set from the environment)" if action in _FROM_ENV else text
+    if action.default is None or action.default == [] or action.default is argparse.SUPPRESS:
+        return text
+    if text is not None and "%(default)" in text:
+        return text
+    shown = str(action.default).replace("%", "%%")  # argparse %-expands help texts
+    return f"{text or ''} (default: {shown})".lstrip()
+
+
+def freeze_help(action: argparse.Action) -> None:
+    """Fix ``action``'s help as it reads now, before its default is replaced (by SUPPRESS)."""
+    action.help = help_text(action)
+    _FINAL_HELP.add(action)
+
+
+class _DefaultsHelpFormatter(argparse.HelpFormatter):
     """Shows a flag's default (the environment's value when set) unless there is none to show."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None or action.default == []:
-            return action.help  # "(default: None)" tells the operator nothing
-        if SECRET_OPTIONS.intersection(action.option_strings):
-            return f"{action.help} (set from the environment)"
-        return super()._get_help_string(action)
+        return help_text(action)
 
 
 class EnvArgumentParser(argparse.ArgumentParser):
@@ -68,6 +94,7 @@ class EnvArgumentParser(argparse.ArgumentParser):
         raw = self._environ.get(env_name(longs[0]))
         if raw is None:
             return action
+        _FROM_ENV.add(action)
         if isinstance(action, argparse._AppendAction):
             action.default = [self._convert(action, v.strip()) for v in raw.split(",") if v.strip()]
             self._env_lists.append(action)

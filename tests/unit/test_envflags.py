@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from controlplane.envflags import EnvArgumentParser, env_name
+from controlplane.envflags import EnvArgumentParser, env_name, freeze_help
 
 
 def _parser(environ: dict[str, str]) -> EnvArgumentParser:
@@ -97,3 +97,28 @@ def test_help_never_prints_a_secret_from_the_environment() -> None:
     assert "s3cret-value" not in text
     assert "bearer token [env FLEETPLANE_TOKEN] (set from the environment)" in text
     assert p.parse_args([]).token == "s3cret-value"
+
+
+def test_help_says_nothing_of_the_environment_when_the_secret_is_not_set() -> None:
+    """Without FLEETPLANE_TOKEN, --token's help is its text and variable name, no "(set from ...)"."""
+    p = EnvArgumentParser(prog="t", environ={})
+    p.add_argument("--token", default=None, help="bearer token")
+    text = " ".join(p.format_help().split())
+    assert "bearer token [env FLEETPLANE_TOKEN]" in text and "set from the environment" not in text
+
+
+def test_frozen_help_keeps_the_default_and_never_a_secret() -> None:
+    """A flag's help frozen before its default is suppressed (a subcommand's copy of a flag) still
+    shows the default; a secret set from the environment shows as set, its value never."""
+    p = EnvArgumentParser(prog="t", environ={"FLEETPLANE_TOKEN": "s3cret-value"})
+    actions = [
+        p.add_argument("--token", default=None, help="bearer token"),
+        p.add_argument("--timeout-s", default=10.0),
+    ]
+    for action in actions:
+        freeze_help(action)
+        action.default = argparse.SUPPRESS
+    text = " ".join(p.format_help().split())
+    assert "s3cret-value" not in text and "SUPPRESS" not in text
+    assert "bearer token [env FLEETPLANE_TOKEN] (set from the environment)" in text
+    assert "[env FLEETPLANE_TIMEOUT_S] (default: 10.0)" in text
