@@ -23,6 +23,8 @@ carrying the server's status and message (the adapter boundary: no gRPC error le
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
 from collections.abc import Callable, Sequence
 from types import TracebackType
@@ -31,6 +33,8 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
+
+from controlplane.envflags import freeze_help
 
 DEFAULT_CONTROL_PLANE = "127.0.0.1:50051"
 DEFAULT_TIMEOUT_S = 10.0
@@ -71,13 +75,29 @@ def add_connection_arguments(parser: argparse.ArgumentParser, *, inherited: bool
             "--tls-key", default=None, metavar="FILE", help="client private key for mTLS (PEM)"
         ),
         parser.add_argument("--output", choices=("table", "json"), default="table"),
-        parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="per-call deadline"),
+        parser.add_argument(
+            "--timeout-s",
+            type=positive_seconds,
+            default=DEFAULT_TIMEOUT_S,
+            help="per-call deadline (seconds)",
+        ),
     ]
     if inherited:
         for action in actions:
-            if action.default is not None:  # still shown in --help; the command's parser applies it
-                action.help = f"{action.help or ''} (default: {action.default})".lstrip()
+            freeze_help(action)  # the default still shows in --help; the command's parser applies it
             action.default = argparse.SUPPRESS
+
+
+def positive_seconds(text: str) -> float:
+    """A duration flag's value: a finite number of seconds above 0 (a deadline of 0 or less, or
+    NaN, would fail every call before it is sent)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
+    return value
 
 
 class CommandError(Exception):
@@ -205,9 +225,28 @@ def run_query(
     return 0
 
 
+# What gRPC says when the peer is an HTTP server but not a gRPC one: an h2 server that answers a
+# plain HTTP status (a fleetplane router: 404 route_not_found), or an HTTP/1.x server.
+_HTTP_STATUS = re.compile(r"Received http2 header with status: (\d+)")
+_HTTP1_PEER = ("Trying to connect an http1.x server", "Failed parsing HTTP/2")
+_WHERE = "point --control-plane at the control plane's gRPC address (its --listen, default 127.0.0.1:50051)"
+
+
 def describe_rpc_error(exc: grpc.RpcError, target: str) -> str:
     code: grpc.StatusCode | None = exc.code() if isinstance(exc, grpc.Call) else None
-    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    details = (exc.details() if isinstance(exc, grpc.Call) else None) or str(exc)
+    if code is grpc.StatusCode.UNIMPLEMENTED and (status := _HTTP_STATUS.search(details)):
+        return (
+            f"{target} is not a fleetplane control plane: it answered with HTTP status {status.group(1)} "
+            f"(a router, or another HTTP server?); {_WHERE}"
+        )
+    if code is grpc.StatusCode.UNAVAILABLE and any(marker in details for marker in _HTTP1_PEER):
+        return (
+            f"{target} is not a fleetplane control plane: it does not speak gRPC (an HTTP/1 server, "
+            f"such as the control plane's status page on --http-listen?); {_WHERE}"
+        )
+    if code is grpc.StatusCode.UNIMPLEMENTED and "Method not found" in details:
+        return f"{target} is a gRPC server without the fleetplane control-plane API; {_WHERE}"
     if code is grpc.StatusCode.UNAVAILABLE:
         return f"control plane at {target} unavailable: {details}"
     name = code.name if code is not None else "ERROR"
