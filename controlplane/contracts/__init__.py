@@ -12,6 +12,7 @@ from controlplane.contracts.convert import (
     contract_to_proto_params,
     policy_from_proto,
     policy_to_proto,
+    spec_to_json,
 )
 from controlplane.contracts.fields import FIELD_BY_NAME, FIELD_NAMES, FIELDS, Field
 from controlplane.contracts.formatting import format_number
@@ -44,5 +45,6 @@ __all__ = [
     "parse_contract_json",
     "policy_from_proto",
     "policy_to_proto",
+    "spec_to_json",
     "validate",
 ]

@@ -88,7 +88,8 @@ def contract_from_proto(params: Mapping[str, contract_pb2.ParamSpec], conflict: 
     return validate(SamplingContract(specs, policy))
 
 
-def _spec_to_json(spec: ParamSpec) -> str:
+def spec_to_json(spec: ParamSpec) -> str:
+    """One field's spec as operator JSON: ``0.7`` or ``{"min": 1, "max": 50, "default": 40}``."""
     if isinstance(spec, Exact):
         return format_number(spec.value)
     text = f'{{"min": {format_number(spec.min)}, "max": {format_number(spec.max)}'
@@ -99,4 +100,4 @@ def _spec_to_json(spec: ParamSpec) -> str:
 
 def contract_to_json(contract: SamplingContract) -> str:
     """The operator JSON form of the params (what ``contract set`` takes), in SPEC §2 order."""
-    return "{" + ", ".join(f"{json.dumps(k)}: {_spec_to_json(s)}" for k, s in contract.params.items()) + "}"
+    return "{" + ", ".join(f"{json.dumps(k)}: {spec_to_json(s)}" for k, s in contract.params.items()) + "}"
