@@ -5,8 +5,10 @@ their uncached prompt tokens, a KV-cache bar, the prefill speed (from the cumula
 SGLang 0.5.23's LoadStat; ``-`` for an engine that does not send them), the age of the oldest
 rank's last frame, and the frame accounting (dropped, restarts, malformed); below the table, the
 ranks whose load publisher cannot be reached, and why.
-``--watch`` follows WatchLoads and redraws in place (at least once a second, so ages move)
-until Ctrl-C; with ``--output json`` it prints each stream message as one JSON line.
+``--watch`` follows WatchLoads until Ctrl-C and draws the table on each message and at least once a
+second (so ages move): in place on a terminal; into a pipe or a file without terminal codes, each
+table after a time-stamped heading; with ``--output json`` it prints each stream message as one
+JSON line.
 """
 
 from __future__ import annotations
@@ -148,6 +150,9 @@ def _watch(args: argparse.Namespace, client: ControlPlaneClient, stub: load_pb2_
     threading.Thread(target=pump, name="watch-loads", daemon=True).start()
     view: dict[str, load_pb2.WorkerLoad] = {}
     built_at = time.monotonic()
+    # Clear-screen codes only where a terminal interprets them: `loads --watch | cat` or `> file`
+    # must get plain text.
+    in_place = sys.stdout.isatty()
     try:
         while True:
             try:
@@ -171,13 +176,15 @@ def _watch(args: argparse.Namespace, client: ControlPlaneClient, stub: load_pb2_
                 for url in item.removed_urls:
                     view.pop(url, None)
                 built_at = time.monotonic()
-            if args.output != "json":
-                stamp = time.strftime("%H:%M:%S")
-                sys.stdout.write(
-                    f"{CLEAR}fleetplane loads --watch  {client.target}  {stamp}  (Ctrl-C to stop)\n\n"
-                    f"{render(view.values(), time.monotonic() - built_at)}\n"
-                )
-                sys.stdout.flush()
+            if args.output == "json":
+                continue
+            heading = f"fleetplane loads --watch  {client.target}  {time.strftime('%H:%M:%S')}"
+            table_text = render(view.values(), time.monotonic() - built_at)
+            if in_place:
+                sys.stdout.write(f"{CLEAR}{heading}  (Ctrl-C to stop)\n\n{table_text}\n")
+            else:
+                sys.stdout.write(f"{heading}\n{table_text}\n\n")
+            sys.stdout.flush()
     except KeyboardInterrupt:
         return 0
     finally:
