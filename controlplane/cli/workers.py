@@ -2,7 +2,9 @@
 
 ``add URL`` without ``--load-endpoint`` lets the control plane discover the endpoints (and,
 without ``--model``, the models) from the worker's ``/server_info`` and ``/v1/models``;
-``--protocol auto`` resolves HTTP/1.1 or h2c from ``enable_http2``. Errors print the server's
+``--protocol auto`` resolves HTTP/1.1 or h2c from ``enable_http2``. A worker that is not up yet is
+registered all the same (exit 0; the control plane keeps asking it); ``--wait-s S`` waits up to S
+seconds for its discovery to succeed and exits 1 if it did not. Errors print the server's
 message (it names the field) and exit 1.
 """
 
@@ -18,6 +20,7 @@ from controlplane.cli.client import (
     ControlPlaneClient,
     add_connection_arguments,
     message_json,
+    positive_seconds,
     table,
 )
 from controlplane.envflags import env_name
@@ -36,6 +39,7 @@ PROTOCOL_NAMES = {
 }
 # Discovery may retry two GETs (3 attempts of 2 s each, SPEC §6): give `add` room for that.
 ADD_TIMEOUT_S = 30.0
+WAIT_POLL_S = 0.5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,6 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME",
         help="served model (repeat); default: /v1/models",
+    )
+    add.add_argument(
+        "--wait-s",
+        type=positive_seconds,
+        default=None,
+        metavar="S",
+        help="wait up to S seconds for discovery to succeed; exit 1 if it did not",
     )
     add_connection_arguments(add, inherited=True)
     remove = sub.add_parser("remove", help="deregister a worker")
@@ -116,10 +127,38 @@ def run(args: argparse.Namespace) -> int:
                     load_endpoints=args.load_endpoint,
                 )
                 added = client.call(stub.RegisterWorker, request)
-                print(message_json(added) if args.output == "json" else render([added.worker]))
+                worker = added.worker
+                if args.wait_s is not None:
+                    worker = _wait_for_discovery(client, stub, worker, args.wait_s)
+                    added = load_pb2.RegisterWorkerResponse(worker=worker)
+                print(message_json(added) if args.output == "json" else render([worker]))
+                if args.wait_s is not None and worker.discovery_error:
+                    raise CommandError(
+                        f"discovery of {worker.url} did not succeed within {args.wait_s:g} s: "
+                        f"{worker.discovery_error} (the worker stays registered; "
+                        f"`fleetplane workers remove {worker.url}` forgets it)"
+                    )
             else:
                 removed = client.call(stub.DeregisterWorker, load_pb2.DeregisterWorkerRequest(url=args.url))
                 print(message_json(removed) if args.output == "json" else f"removed {args.url}")
     except CommandError as exc:
         return exc.report(command)
     return 0
+
+
+def _wait_for_discovery(
+    client: ControlPlaneClient, stub: load_pb2_grpc.LoadServiceStub, worker: load_pb2.Worker, wait_s: float
+) -> load_pb2.Worker:
+    """The worker as listed once its discovery succeeded, or gave up for good, or ``wait_s`` passed."""
+    # Imported here: the load plane's modules (zmq, asyncio) would slow every other command's start.
+    from controlplane.load.plane import RETRY_NOTE
+
+    deadline = time.monotonic() + wait_s
+    while worker.discovery_error.endswith(RETRY_NOTE) and time.monotonic() < deadline:
+        time.sleep(min(WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
+        listed = client.call(stub.ListWorkers, load_pb2.ListWorkersRequest())
+        found = next((w for w in listed.workers if w.url == worker.url), None)
+        if found is None:
+            raise CommandError(f"{worker.url} was removed while waiting for its discovery")
+        worker = found
+    return worker
