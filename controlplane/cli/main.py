@@ -16,13 +16,15 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 
+import shtab
+
 from controlplane.envflags import EnvArgumentParser
 
 # Subcommand -> module with ``add_arguments(parser)`` and ``run(args) -> int``.
 LOCAL_COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("controlplane.cli.up", "run the whole fleet on its embedded default"),
     "control": ("controlplane.cli.control", "run the control plane (gRPC)"),
-    "contract": ("controlplane.cli.contract", "list, get, set, delete, history, rollback contracts"),
+    "contract": ("controlplane.cli.contract", "list, get, set, delete, history, rollback, diff contracts"),
     "workers": ("controlplane.cli.workers", "list, add, remove workers"),
     "loads": ("controlplane.cli.loads", "show worker load views"),
     "routers": ("controlplane.cli.routers", "show routers and their applied revision"),
@@ -48,9 +50,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] in DATAPLANE_COMMANDS:
         target = DATAPLANE_COMMANDS[args[0]][0]
         os.execv(sys.executable, [sys.executable, "-m", target, *args[1:]])
+    return _run(build_parser(), args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every local command's parser (``router`` and ``engine-sim`` as names only: they are
+    parsed by the data plane's own process)."""
     parser = EnvArgumentParser(
         prog="fleetplane", description="fleetplane: sampling contracts + real-load routing"
     )
+    # Completion scripts generated from these parsers, so they follow every flag (shtab).
+    shtab.add_argument_to(parser, ["--print-completion"])
+    # It acts only when given (no environment variable reads it): its help says what it does.
+    completion = next(a for a in parser._actions if "--print-completion" in a.option_strings)
+    completion.help = "print a completion script for this shell and exit (e.g. source <(fleetplane --print-completion bash))"
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (_, help_text) in DATAPLANE_COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
@@ -66,8 +79,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         module.add_arguments(cmd)
         cmd.set_defaults(_run=module.run)
-    ns = parser.parse_args(args)
+    return parser
+
+
+def _run(parser: argparse.ArgumentParser, args: list[str]) -> int:
+    ns = argparse.Namespace(command="")
     try:
+        # Parsing runs actions too (--print-completion prints from there).
+        ns = parser.parse_args(args)
         return int(ns._run(ns))
     except KeyboardInterrupt:
         # Ctrl-C while a call waits (``workers add`` waits for discovery): one line, the
