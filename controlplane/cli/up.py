@@ -35,6 +35,7 @@ from pathlib import Path
 
 import grpc
 
+from controlplane.cli.summary import FleetSampler, LiveSummary, StatusLine
 from controlplane.envflags import ENV_PREFIX
 from controlplane.errors import StartupError
 from controlplane.v1 import contract_pb2, contract_pb2_grpc, load_pb2, load_pb2_grpc
@@ -201,19 +202,26 @@ def _pause(stop: threading.Event, seconds: float) -> bool:
     return stop.is_set()
 
 
-def supervise(fleet: Fleet, control_argv: list[str], stop: threading.Event) -> None:
+def supervise(
+    fleet: Fleet, control_argv: list[str], stop: threading.Event, live: LiveSummary | None = None
+) -> None:
     """Until ``stop``: restart the control plane whenever it dies; any other child dying ends ``up``.
 
     What the product promises (SPEC §6): a router keeps enforcing the last contract it applied
     while its control plane is away, and resumes once it is back; so the demo keeps its router
     serving and brings the control plane back (same ports, same store), with a growing delay
-    while it keeps dying, each restart said on stderr.
+    while it keeps dying, each restart said on stderr. ``live`` (on a terminal): the summary line,
+    redrawn meanwhile and erased before any message.
     """
     attempt = 0
     while not _pause(stop, 0.2):
         dead = fleet.dead()
         if dead is None:
+            if live is not None:
+                live.tick()
             continue
+        if live is not None:
+            live.clear()
         if dead.name != "control":
             raise StartupError(f"{dead.name} exited with {dead.proc.returncode}; see {dead.log}")
         if time.monotonic() - dead.started >= RESTART_RESET_AFTER_S:
@@ -382,29 +390,42 @@ def _command_name() -> str:
     return shlex.quote(argv0)
 
 
-def _banner(router: str, control: str, http_port: int, engines: list[str], seeded: bool) -> str:
+def _banner(fleet: Fleet, router: str, control: str, http_port: int, engines: list[str], seeded: bool) -> str:
     cp = f"--control-plane {control}"
     fp = _command_name()
-    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "Hello!"}]})
+    pids = {child.name: child.proc.pid for child in fleet.children}
+    hello = {"model": MODEL, "messages": [{"role": "user", "content": "Hello!"}]}
+    body = json.dumps(hello)
+    refused = json.dumps({**hello, "temperature": 0.2})
+    chat = f"curl -s {router}/v1/chat/completions -H 'content-type: application/json'"
+    logs = fleet.workdir / "logs"
     lines = [
         "fleetplane is up",
-        f"  router         {router}   (OpenAI-compatible; HTTP/1.1 and h2c)",
-        f"  control plane  {control}   (gRPC: reflection + health)",
-        f"  status page    http://127.0.0.1:{http_port}/   (metrics: /metrics)",
-        *(f"  engine-sim     {url}" for url in engines),
+        f"  router         {router}   (OpenAI-compatible; HTTP/1.1 and h2c)   pid {pids['router']}",
+        f"  control plane  {control}   (gRPC: reflection + health)   pid {pids['control']}",
+        f"  status page    http://127.0.0.1:{http_port}/   (metrics: /metrics; JSON: /status.json)",
+        *(
+            f"  engine-sim     {url}   pid {pids[name]}"
+            for url, name in zip(engines, ("engine-h1", "engine-h2c"), strict=True)
+        ),
+        f"  logs           {logs}{os.sep}   ({', '.join(f'{c.name}.log' for c in fleet.children)})",
         "",
         "Try:",
-        f"  curl -s {router}/v1/chat/completions -H 'content-type: application/json' -d '{body}'",
+        f"  {chat} -d '{body}'",
+        "  # what the router injected: engine-sim answers with the sampling fields it read",
+        f"  {chat} -o /dev/null -D - -d '{body}' | grep -i x-sim-sampling-params",
+        "  # a request the contract refuses (temperature 0.2; the contract says 1)",
+        f"  {chat} -d '{refused}'",
         f"  {fp} contract list {cp}",
-        f"  {fp} contract set {cp} --scope '*' '{json.dumps(SEED_CONTRACT)}'",
-        f"  {fp} contract history {cp} --scope '*'",
+        f"  {fp} contract set {cp} --fleet --dry-run '{json.dumps(SEED_CONTRACT)}'",
+        f"  {fp} contract history {cp} --fleet",
         f"  {fp} workers list {cp}",
         f"  {fp} loads --watch {cp}",
         f"  {fp} routers {cp}",
         f"  {fp} stats {cp}",
     ]
     if seeded:
-        lines.insert(6, f"Seeded the fleet-wide contract '*': {json.dumps(SEED_CONTRACT)}")
+        lines.insert(lines.index("Try:"), f"Seeded the fleet-wide contract '*': {json.dumps(SEED_CONTRACT)}")
     lines += ["", "Ctrl-C stops everything."]
     return "\n".join(lines)
 
@@ -459,8 +480,13 @@ def run(args: argparse.Namespace) -> int:
             ],
         )
         router_url = wait_for_line(router, r"listening on (http://\S+)").group(1)
-        print(_banner(router_url, control, http_port, engines, seeded), flush=True)
-        supervise(fleet, control_argv, stop)
+        print(_banner(fleet, router_url, control, http_port, engines, seeded), flush=True)
+        with grpc.insecure_channel(control) as summary_channel:
+            live = LiveSummary(FleetSampler(router_url, summary_channel), StatusLine())
+            try:
+                supervise(fleet, control_argv, stop, live)
+            finally:
+                live.clear()
         print("stopping…", flush=True)
         return_code = 0
     except Stopped:

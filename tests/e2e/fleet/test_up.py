@@ -172,6 +172,8 @@ def test_up_serves_enforces_and_stops_cleanly(workdir: Path) -> None:
         assert up.interrupt() == 0
         time.sleep(0.5)
         assert [pid for pid in children if _alive(pid)] == []
+        # Not a terminal: no live summary line and no terminal codes in the captured output.
+        assert "\x1b" not in up.output() and "req/s" not in up.output()
     finally:
         up.kill()
 
