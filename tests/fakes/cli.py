@@ -5,20 +5,27 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.fakes.process import ROOT
 
+COMMAND = [sys.executable, "-c", "import sys; from controlplane.cli.main import main; sys.exit(main())"]
+
 
 def fleetplane(
-    *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+    *args: str,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path | str = ROOT,
+    timeout_s: float = 40,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``fleetplane ARGS`` (the console script's entry point) and capture its output."""
+    """Run ``fleetplane ARGS`` (the console script's entry point) in ``cwd`` and capture its output."""
     return subprocess.run(
-        [sys.executable, "-c", "import sys; from controlplane.cli.main import main; sys.exit(main())", *args],
+        [*COMMAND, *args],
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=40,
-        cwd=ROOT,
+        timeout=timeout_s,
+        cwd=cwd,
         env={**os.environ, **(env or {})},
     )
