@@ -12,10 +12,10 @@ cost more than the rest of the per-frame accounting.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import REGISTRY, Counter, Gauge
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 WATCHERS = Gauge("fleetplane_control_watchers", "Open watch streams, by stream", ["stream"])
@@ -63,3 +63,72 @@ LOAD_VIEW_ERRORS = Counter(
 LOAD_SUBSCRIPTIONS = Gauge("fleetplane_load_subscriptions", "ZMQ SUB sockets open (one per worker dp rank).")
 # WatchLoads streams, counted next to the contract and report watchers.
 LOAD_WATCHERS = WATCHERS.labels("loads")
+
+
+# Gauges read from live state at scrape time (the load table, the rollout board): the components
+# register a source when they start and drop it at shutdown, so several control planes in one
+# process (tests) each count once, and a stopped one not at all.
+FreshnessSource = Callable[[], Mapping[str, int]]  # freshness name -> workers
+RouterSource = Callable[
+    [], Iterable[tuple[str, int, bool, bool]]
+]  # (router_id, applied, connected, up to date)
+_FRESHNESS_SOURCES: list[FreshnessSource] = []
+_ROUTER_SOURCES: list[RouterSource] = []
+FRESHNESS_STATES = ("FRESH", "STALE", "UNKNOWN")
+
+
+def add_freshness_source(source: FreshnessSource) -> Callable[[], None]:
+    """Count ``source``'s workers in ``fleetplane_load_workers``; returns the undo."""
+    _FRESHNESS_SOURCES.append(source)
+    return lambda: _FRESHNESS_SOURCES.remove(source)
+
+
+def add_router_source(source: RouterSource) -> Callable[[], None]:
+    """Count ``source``'s routers in ``fleetplane_control_routers``; returns the undo."""
+    _ROUTER_SOURCES.append(source)
+    return lambda: _ROUTER_SOURCES.remove(source)
+
+
+class _StateCollector(Collector):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        workers = GaugeMetricFamily(
+            "fleetplane_load_workers",
+            "Registered workers by load freshness: FRESH (a frame from every rank within "
+            "--load-stale-after-s), STALE (a rank went silent), UNKNOWN (no frame yet, or no publisher).",
+            labels=["freshness"],
+        )
+        counts = dict.fromkeys(FRESHNESS_STATES, 0)
+        for source in _FRESHNESS_SOURCES:
+            for state, n in source().items():
+                counts[state] = counts.get(state, 0) + n
+        for state, n in counts.items():
+            workers.add_metric([state], n)
+        yield workers
+        routers = GaugeMetricFamily(
+            "fleetplane_control_routers",
+            "Routers in the rollout view, by whether a report stream is open and whether the "
+            "contract revision they applied is the current one.",
+            labels=["connected", "up_to_date"],
+        )
+        applied = GaugeMetricFamily(
+            "fleetplane_control_router_applied_revision",
+            "Contract revision each router last reported as applied (compare with "
+            "fleetplane_control_contract_revision).",
+            labels=["router"],
+        )
+        states = {(c, u): 0 for c in ("true", "false") for u in ("true", "false")}
+        for routers_of in _ROUTER_SOURCES:
+            for router_id, revision, connected, up_to_date in routers_of():
+                states[(_flag(connected), _flag(up_to_date))] += 1
+                applied.add_metric([router_id], revision)
+        for labels, n in states.items():
+            routers.add_metric(list(labels), n)
+        yield routers
+        yield applied
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+REGISTRY.register(_StateCollector())

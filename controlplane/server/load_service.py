@@ -22,6 +22,7 @@ from controlplane.load.convert import worker_load, worker_message
 from controlplane.load.encoding import watch_response
 from controlplane.load.plane import LoadPlane
 from controlplane.load.status import render_loads
+from controlplane.metrics import add_freshness_source
 from controlplane.server.component import AppContext, Component, ServiceBinding
 from controlplane.store.etcd_workers import EtcdWorkerRegistry
 from controlplane.v1 import load_pb2, load_pb2_grpc
@@ -206,9 +207,17 @@ async def load_component(ctx: AppContext) -> Component:
     background = [plane.hub.run, plane.run_rediscovery]
     if isinstance(ctx.workers, EtcdWorkerRegistry):
         background.append(_follow_registry(plane, ctx.workers))
+
+    def freshness() -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for view in plane.loads():
+            counts[view.freshness.name] = counts.get(view.freshness.name, 0) + 1
+        return counts
+
+    forget_freshness = add_freshness_source(freshness)
     return Component(
         services=[ServiceBinding(add_to_server, LoadServicer(plane), SERVICE_NAME)],
         background=background,
         status_sections=[("Worker load", lambda: render_loads(plane.workers(), plane.loads()))],
-        on_shutdown=[plane.stop],
+        on_shutdown=[forget_freshness, plane.stop],
     )

@@ -21,7 +21,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from controlplane.contracts import FIELD_BY_NAME
 from controlplane.errors import InvalidArgument, PermissionDenied
-from controlplane.metrics import WATCHERS
+from controlplane.metrics import WATCHERS, add_router_source
 from controlplane.reports.page import render_rejections, render_routers
 from controlplane.reports.rejections import RejectionLedger, RejectionTotals
 from controlplane.reports.rollout import RolloutBoard, RouterRecord, RouterView
@@ -325,6 +325,12 @@ async def router_component(ctx: AppContext) -> Component:
     background = [service.run_flusher]
     if isinstance(store, EtcdRouterStatsStore):
         background.append(_follow_store(service, store))
+
+    def rollout() -> list[tuple[str, int, bool, bool]]:
+        views = service.views(ctx.store.snapshot().revision)
+        return [(v.record.router_id, v.record.applied_revision, v.connected, v.up_to_date) for v in views]
+
+    forget_routers = add_router_source(rollout)
     return Component(
         services=[ServiceBinding(router_pb2_grpc.add_RouterServiceServicer_to_server, service, SERVICE_NAME)],
         background=background,
@@ -332,4 +338,5 @@ async def router_component(ctx: AppContext) -> Component:
             ("Routers", routers_section),
             ("Rejections", lambda: render_rejections(service.totals())),
         ],
+        on_shutdown=[forget_routers],
     )

@@ -245,3 +245,22 @@ def test_loads_watch_redraws_the_table_with_new_values(
     assert row["KV CACHE"].endswith("60%")
     assert code == [0]
     stub.DeregisterWorker(pb.DeregisterWorkerRequest(url=url), timeout=10)
+
+
+def test_the_freshness_gauge_counts_workers_fresh_then_stale(
+    plane: ControlPlaneProcess, stub: load_pb2_grpc.LoadServiceStub, pubs
+) -> None:  # type: ignore[no-untyped-def]
+    """/metrics `fleetplane_load_workers{freshness}` counts a heard worker FRESH, then STALE once its
+    publisher goes silent, and forgets it when it is removed (what the STALE alert reads)."""
+
+    def count(state: str) -> float:
+        return metric(plane, f'fleetplane_load_workers{{freshness="{state}"}}')
+
+    stale_before = count("STALE")
+    url, _publisher = watched_worker(stub, pubs)
+    fresh = count("FRESH")
+    assert fresh >= 1
+    until(lambda: count("STALE") == stale_before + 1, timeout_s=10)  # no more frames
+    assert count("FRESH") == fresh - 1
+    stub.DeregisterWorker(pb.DeregisterWorkerRequest(url=url), timeout=10)
+    until(lambda: count("STALE") == stale_before, timeout_s=10)
