@@ -137,7 +137,8 @@ class ControlSettings:
         address = parse_address("--listen", listen)
         if auth_tokens is None and not address.loopback:
             raise SettingsError(
-                f"--listen {listen!r}: a non-loopback address needs --auth-tokens FILE (SPEC §6 Auth)"
+                f"--listen {listen!r}: a non-loopback address needs --auth-tokens FILE "
+                "(without tokens, anyone who reaches the port could change contracts)"
             )
         if (tls_cert is None) != (tls_key is None):
             given = f"--tls-cert {tls_cert}" if tls_cert is not None else f"--tls-key {tls_key}"
@@ -158,7 +159,7 @@ class ControlSettings:
             if auth_tokens is None and not http.loopback:
                 raise SettingsError(
                     f"--http-listen {http_listen!r}: a non-loopback address needs --auth-tokens FILE "
-                    "(SPEC §6 Auth), or 'off'"
+                    "(without tokens, anyone who reaches it could read the fleet's state), or 'off'"
                 )
         if not 0 < load_stale_after_s < math.inf:
             raise SettingsError(f"--load-stale-after-s {load_stale_after_s}: must be a number of seconds > 0")

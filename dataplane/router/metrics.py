@@ -121,7 +121,7 @@ class _Collector(Collector):
         state = m.state
         rejections = CounterMetricFamily(
             "fleetplane_sampling_contract_rejections",
-            "Requests refused by a sampling contract, by scope and violated field (SPEC §3.3).",
+            "Requests refused by a sampling contract, by scope and violated field (every violated field counts).",
             labels=["scope", "param"],
         )
         for (scope, param), n in sorted(state.rejections.items()):
@@ -166,7 +166,7 @@ class _Collector(Collector):
         yield inflight
         healthy = GaugeMetricFamily(
             "fleetplane_worker_healthy",
-            "1 while the worker is in rotation, 0 while ejected after consecutive failures (SPEC §5).",
+            "1 while the worker is in rotation, 0 while ejected after consecutive failures (probed back with GET /health).",
             labels=["worker"],
         )
         for worker in state.workers.workers:

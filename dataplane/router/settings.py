@@ -128,7 +128,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--override-sampling-params",
         default=None,
         metavar="JSON",
-        help="the sampling contract (standalone mode, SPEC §3.1)",
+        help='the sampling contract in standalone mode, e.g. \'{"temperature": 1, "top_k": {"min": 1, "max": 50}}\'',
     )
     parser.add_argument(
         "--sampling-param-conflict",
@@ -276,7 +276,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser(prog: str = "fleetplane router") -> EnvArgumentParser:
     parser = EnvArgumentParser(
-        prog=prog, description="fleetplane router: OpenAI-compatible front door (SPEC §1)"
+        prog=prog,
+        description="fleetplane router: OpenAI-compatible front door (HTTP/1.1 and h2c on one port)",
     )
     add_arguments(parser)
     return parser
