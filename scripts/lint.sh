@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ruff, ruff format, mypy (strict, package code), buf lint, and the freshness of generated code.
+# ruff, ruff format, mypy (strict, package code), buf lint, and the freshness of generated code and docs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
@@ -11,4 +11,5 @@ fi
 .venv/bin/mypy
 .ci/.tools/node_modules/.bin/buf lint
 .venv/bin/python scripts/gen_proto.py --check
+.venv/bin/python scripts/gen_docs.py --check
 echo "lint: ok"
