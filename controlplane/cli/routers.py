@@ -1,7 +1,8 @@
 """``fleetplane routers`` (SPEC §1, §6 ListRouters): the rollout view.
 
 One row per router: its boot, the contract revision it has in force against the store's current
-one, whether it is up to date and connected, and how long ago it last reported.
+one, whether it is up to date and connected, how long ago it last reported, and (when any has)
+the workers it has ejected and why it could not apply a revision.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def render(response: router_pb2.ListRoutersResponse, now_unix_s: float) -> str:
     if not response.routers:
         return f"no router has reported (current revision {response.current_revision})"
     rows = [
-        (
+        [
             r.router_id,
             r.boot_id,
             r.applied_revision,
@@ -44,14 +45,23 @@ def render(response: router_pb2.ListRoutersResponse, now_unix_s: float) -> str:
             "yes" if r.up_to_date else "NO",
             "yes" if r.connected else "no",
             report_age(r.last_report_time.ToNanoseconds() / 1e9, now_unix_s),
+            ", ".join(r.ejected_workers) or "-",
             r.apply_error,
-        )
+        ]
         for r in response.routers
     ]
-    headers = ("router_id", "boot", "applied", "current", "up-to-date", "connected", "last report")
-    if any(r.apply_error for r in response.routers):
-        return table((*headers, "apply error"), rows)
-    return table(headers, [row[:-1] for row in rows])
+    headers = ["router_id", "boot", "applied", "current", "up-to-date", "connected", "last report"]
+    keep = list(range(len(headers)))
+    # Optional columns, shown only when some router has something in them.
+    optional = (
+        ("ejected workers", any(r.ejected_workers for r in response.routers)),
+        ("apply error", any(r.apply_error for r in response.routers)),
+    )
+    for offset, (name, shown) in enumerate(optional):
+        if shown:
+            headers.append(name)
+            keep.append(7 + offset)
+    return table(headers, [[row[i] for i in keep] for row in rows])
 
 
 def run(args: argparse.Namespace) -> int:

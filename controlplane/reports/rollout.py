@@ -21,6 +21,9 @@ class RouterRecord:
     applied_revision: int
     apply_error: str
     last_report_unix_s: float
+    # The workers the router had ejected at that report. Not persisted: a router re-sends its
+    # status at least every heartbeat, and an ejection is about now, not about the record's past.
+    ejected_workers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,9 @@ MAX_ID_CHARS = 256
 MAX_APPLY_ERROR_CHARS = 4096
 # A report carries one entry per (scope, param); 8 fields x 1024 scopes is far past any real fleet.
 MAX_REJECTION_ENTRIES = 8192
+# A router's ejected workers: at most as many as a fleet has workers, each a URL.
+MAX_EJECTED_WORKERS = 8192
+MAX_URL_CHARS = 2048
 # The rollout view leaves out a disconnected router silent this long (its counts stay in the totals).
 FORGET_ROUTER_AFTER_S = 24 * 3600.0
 
@@ -80,6 +83,11 @@ def parse_report(request: router_pb2.ReportRouterStatusRequest) -> dict[tuple[st
         raise ReportInvalid(f"apply_error: longer than {MAX_APPLY_ERROR_CHARS} characters")
     if len(request.rejections) > MAX_REJECTION_ENTRIES:
         raise ReportInvalid(f"rejections: more than {MAX_REJECTION_ENTRIES} entries")
+    if len(request.ejected_workers) > MAX_EJECTED_WORKERS:
+        raise ReportInvalid(f"ejected_workers: more than {MAX_EJECTED_WORKERS} entries")
+    for url in request.ejected_workers:
+        if not url or len(url) > MAX_URL_CHARS or not url.isprintable():
+            raise ReportInvalid(f"ejected_workers: {url[:80]!r} is not a worker URL")
     counts: dict[tuple[str, str], int] = {}
     for entry in request.rejections:
         _check_id("rejections.scope", entry.scope)
@@ -235,6 +243,7 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
                         applied_revision=request.applied_revision,
                         apply_error=request.apply_error,
                         last_report_unix_s=self._clock(),
+                        ejected_workers=tuple(sorted(request.ejected_workers)),
                     )
                 )
                 if self._board.has_dirty() or self._ledger.has_dirty():
@@ -269,6 +278,7 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
                     connected=v.connected,
                     last_report_time=_timestamp(v.record.last_report_unix_s),
                     up_to_date=v.up_to_date,
+                    ejected_workers=v.record.ejected_workers,
                 )
                 for v in self.views(current)
             ],

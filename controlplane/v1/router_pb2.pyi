@@ -20,18 +20,20 @@ class RejectionCount(_message.Message):
     def __init__(self, scope: _Optional[str] = ..., param: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class ReportRouterStatusRequest(_message.Message):
-    __slots__ = ("router_id", "boot_id", "applied_revision", "apply_error", "rejections")
+    __slots__ = ("router_id", "boot_id", "applied_revision", "apply_error", "rejections", "ejected_workers")
     ROUTER_ID_FIELD_NUMBER: _ClassVar[int]
     BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     APPLIED_REVISION_FIELD_NUMBER: _ClassVar[int]
     APPLY_ERROR_FIELD_NUMBER: _ClassVar[int]
     REJECTIONS_FIELD_NUMBER: _ClassVar[int]
+    EJECTED_WORKERS_FIELD_NUMBER: _ClassVar[int]
     router_id: str
     boot_id: str
     applied_revision: int
     apply_error: str
     rejections: _containers.RepeatedCompositeFieldContainer[RejectionCount]
-    def __init__(self, router_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., applied_revision: _Optional[int] = ..., apply_error: _Optional[str] = ..., rejections: _Optional[_Iterable[_Union[RejectionCount, _Mapping]]] = ...) -> None: ...
+    ejected_workers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, router_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., applied_revision: _Optional[int] = ..., apply_error: _Optional[str] = ..., rejections: _Optional[_Iterable[_Union[RejectionCount, _Mapping]]] = ..., ejected_workers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReportRouterStatusResponse(_message.Message):
     __slots__ = ()
@@ -42,7 +44,7 @@ class ListRoutersRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class RouterStatus(_message.Message):
-    __slots__ = ("router_id", "boot_id", "applied_revision", "apply_error", "connected", "last_report_time", "up_to_date")
+    __slots__ = ("router_id", "boot_id", "applied_revision", "apply_error", "connected", "last_report_time", "up_to_date", "ejected_workers")
     ROUTER_ID_FIELD_NUMBER: _ClassVar[int]
     BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     APPLIED_REVISION_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +52,7 @@ class RouterStatus(_message.Message):
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
     LAST_REPORT_TIME_FIELD_NUMBER: _ClassVar[int]
     UP_TO_DATE_FIELD_NUMBER: _ClassVar[int]
+    EJECTED_WORKERS_FIELD_NUMBER: _ClassVar[int]
     router_id: str
     boot_id: str
     applied_revision: int
@@ -57,7 +60,8 @@ class RouterStatus(_message.Message):
     connected: bool
     last_report_time: _timestamp_pb2.Timestamp
     up_to_date: bool
-    def __init__(self, router_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., applied_revision: _Optional[int] = ..., apply_error: _Optional[str] = ..., connected: _Optional[bool] = ..., last_report_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., up_to_date: _Optional[bool] = ...) -> None: ...
+    ejected_workers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, router_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., applied_revision: _Optional[int] = ..., apply_error: _Optional[str] = ..., connected: _Optional[bool] = ..., last_report_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., up_to_date: _Optional[bool] = ..., ejected_workers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListRoutersResponse(_message.Message):
     __slots__ = ("routers", "current_revision")

@@ -80,7 +80,7 @@ class RouterState:
     """The swappable snapshot holder shared by the request path and the control-plane client.
 
     Implements ``control.ControlTarget``: ``apply_contracts``, ``apply_workers``, ``apply_loads``,
-    ``rejection_counts``, ``set_control_plane_connected``.
+    ``rejection_counts``, ``ejected_workers``, ``set_control_plane_connected``.
     """
 
     def __init__(self, *, contracts: ContractSet | None = None) -> None:
@@ -150,6 +150,10 @@ class RouterState:
     def rejection_counts(self) -> Mapping[tuple[str, str], int]:
         """Cumulative rejections since start, by (scope, param)."""
         return dict(self.rejections)
+
+    def ejected_workers(self) -> list[str]:
+        """The workers out of rotation now (reported to the control plane's status page)."""
+        return sorted(w.url for w in self.workers.workers if not w.healthy)
 
     def count_rejection(self, scope: str, params: Sequence[str]) -> None:
         """Count one rejected request under every field it violated (SPEC §3.3)."""

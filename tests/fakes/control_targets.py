@@ -19,6 +19,7 @@ class FakeRouter:
         self.rejections: dict[tuple[str, str], int] = {}
         self.connected = False
         self.refuse = False
+        self.ejected: list[str] = []
 
     def apply_contracts(self, revision: int, contracts: Mapping[str, SamplingContract], /) -> None:
         if self.refuse:
@@ -34,6 +35,9 @@ class FakeRouter:
     def rejection_counts(self) -> Mapping[tuple[str, str], int]:
         return dict(self.rejections)
 
+    def ejected_workers(self) -> Sequence[str]:
+        return self.ejected
+
     def set_control_plane_connected(self, connected: bool, /) -> None:
         self.connected = connected
 
@@ -46,6 +50,7 @@ class Recorder:
         self.workers: list[Sequence[WorkerSpec]] = []
         self.loads: Mapping[str, EngineLoad] = {}
         self.counts: dict[tuple[str, str], int] = {}
+        self.ejected: list[str] = []
 
     def apply_contracts(self, revision: int, contracts: Mapping[str, SamplingContract], /) -> None:
         self.contracts.append(revision)
@@ -58,6 +63,9 @@ class Recorder:
 
     def rejection_counts(self) -> Mapping[tuple[str, str], int]:
         return self.counts
+
+    def ejected_workers(self) -> Sequence[str]:
+        return self.ejected
 
     def set_control_plane_connected(self, connected: bool, /) -> None:
         pass

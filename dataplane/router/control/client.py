@@ -201,6 +201,7 @@ class ControlPlaneClient(ControlChannel):
             applied_revision=self.applied_revision,
             apply_error=apply_error,
             rejections=[router_pb2.RejectionCount(scope=s, param=p, count=c) for (s, p), c in counts],
+            ejected_workers=self._target.ejected_workers(),
         )
 
     def predecessor_reports(self) -> list[router_pb2.ReportRouterStatusRequest]:
@@ -210,6 +211,7 @@ class ControlPlaneClient(ControlChannel):
             report = self.build_report()
             report.boot_id = boot.boot_id
             del report.rejections[:]
+            del report.ejected_workers[:]  # a predecessor's health is not this boot's
             report.rejections.extend(
                 router_pb2.RejectionCount(scope=s, param=p, count=c)
                 for (s, p), c in sorted(boot.counts.items())

@@ -75,6 +75,9 @@ class ControlTarget(Protocol):
     def rejection_counts(self) -> Mapping[tuple[str, str], int]:
         """Cumulative contract rejections since this process started, by (scope, param)."""
 
+    def ejected_workers(self) -> Sequence[str]:
+        """URLs of the workers out of rotation now (ejected by the health tracker), sorted."""
+
     def set_control_plane_connected(self, connected: bool, /) -> None:
         """Drive ``fleetplane_control_plane_connected`` (SPEC §8)."""
 

@@ -136,3 +136,16 @@ async def test_empty_router_id_is_refused(plane_factory: Factory) -> None:
         await call
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "router_id" in (info.value.details() or "")
+
+
+async def test_an_ejected_worker_that_is_no_url_is_refused(plane_factory: Factory) -> None:
+    """ejected_workers holds worker URLs: an empty or non-printable entry is INVALID_ARGUMENT."""
+    plane = await plane_factory([0])
+    call = plane.stub.ReportRouterStatus()
+    await call.write(
+        router_pb2.ReportRouterStatusRequest(router_id="r1", boot_id="b1", ejected_workers=["a\nb"])
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "ejected_workers" in (info.value.details() or "")

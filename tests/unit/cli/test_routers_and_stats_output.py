@@ -63,3 +63,19 @@ def test_stats_lists_totals_by_field_scope_router() -> None:
 def test_stats_without_rejections_says_so() -> None:
     """Zero rejections print one line."""
     assert render_stats(router_pb2.GetRejectionStatsResponse()) == "no sampling-contract rejections"
+
+
+def test_routers_table_names_the_workers_a_router_ejected() -> None:
+    """A router with workers out of rotation gets an "ejected workers" column listing them."""
+    response = router_pb2.ListRoutersResponse(current_revision=2)
+    response.routers.add(router_id="r1", boot_id="b", applied_revision=2, up_to_date=True)
+    response.routers.add(
+        router_id="r2",
+        boot_id="c",
+        applied_revision=2,
+        up_to_date=True,
+        ejected_workers=["http://w1:1", "http://w2:2"],
+    )
+    header, first, second = render_routers(response, now_unix_s=0).splitlines()
+    assert header.endswith("EJECTED WORKERS") and "APPLY ERROR" not in header
+    assert first.endswith(" -") and second.endswith("http://w1:1, http://w2:2")

@@ -79,3 +79,13 @@ def test_rejections_are_counted_per_scope_and_field() -> None:
     state.count_rejection("*", ("temperature", "top_k"))
     state.count_rejection("*", ("temperature",))
     assert state.rejection_counts() == {("*", "temperature"): 2, ("*", "top_k"): 1}
+
+
+async def test_ejected_workers_are_those_out_of_rotation_sorted() -> None:
+    """What the router reports as ejected: the workers it has taken out of rotation, by URL."""
+    state = RouterState.standalone(None)
+    state.apply_workers([WorkerSpec(f"http://{h}:1", "http1", ("m",)) for h in "cab"], FakePool)
+    assert state.ejected_workers() == []
+    for url in ("http://c:1", "http://b:1"):
+        state.workers.by_url[url].healthy = False
+    assert state.ejected_workers() == ["http://b:1", "http://c:1"]

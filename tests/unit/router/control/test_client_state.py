@@ -5,6 +5,7 @@ from __future__ import annotations
 from controlplane.v1 import contract_pb2, load_pb2
 from dataplane.router.control.client import ControlPlaneClient
 from dataplane.router.control.convert import ControlClientSettings, EngineLoad
+from dataplane.router.process.journal import BootCounts
 from tests.fakes.control_targets import Recorder
 
 
@@ -50,6 +51,21 @@ async def test_report_carries_cumulative_counts_sorted() -> None:
     client = _client(target)
     report = client.build_report()
     assert [(r.scope, r.param, r.count) for r in report.rejections] == [("*", "top_p", 5), ("llama", "n", 2)]
+    await client.close()
+
+
+async def test_report_names_this_boots_ejected_workers_only() -> None:
+    """The report carries the workers out of rotation now; a predecessor boot's report carries none
+    (its health is not this process's)."""
+    target = Recorder()
+    target.ejected = ["http://w1:1"]
+    settings = ControlClientSettings(target="127.0.0.1:1", router_id="r1")
+    client = ControlPlaneClient(settings, target, predecessors=[BootCounts("old", {("*", "n"): 1})])
+    assert list(client.build_report().ejected_workers) == ["http://w1:1"]
+    (old,) = client.predecessor_reports()
+    assert old.boot_id == "old" and list(old.ejected_workers) == []
+    target.ejected = []
+    assert list(client.build_report().ejected_workers) == []
     await client.close()
 
 
