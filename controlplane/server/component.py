@@ -9,7 +9,7 @@ in ``controlplane.app.COMPONENTS``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +36,19 @@ class ServiceBinding:
         self.add_to_server(self.servicer, server)
 
 
-# A status-page section: (title, render) where render returns an HTML fragment (escaped).
-StatusSection = tuple[str, Callable[[], str]]
+@dataclass(frozen=True, slots=True)
+class StatusSection:
+    """A section of the status page and of ``/status.json`` (the same content twice).
+
+    ``data()`` reads the section's content now, as JSON-ready values (under ``key`` in
+    ``/status.json``); ``render(data)`` makes the page's HTML fragment of that content, every value
+    escaped. The page reads each section once per request and renders what it read.
+    """
+
+    key: str
+    title: str
+    data: Callable[[], dict[str, Any]]
+    render: Callable[[Mapping[str, Any]], str]
 
 
 @dataclass(slots=True)

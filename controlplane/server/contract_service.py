@@ -18,10 +18,10 @@ from controlplane.contracts import contract_from_proto
 from controlplane.errors import InvalidArgument, Unavailable
 from controlplane.metrics import CONTRACT_CHANGES, WATCHERS
 from controlplane.server.auth import current_principal
-from controlplane.server.component import AppContext, Component, ServiceBinding
+from controlplane.server.component import AppContext, Component, ServiceBinding, StatusSection
 from controlplane.server.contract_views import ContractViews
 from controlplane.server.convert import version_to_proto
-from controlplane.server.status_page import render_contracts
+from controlplane.server.status_page import contracts_data, render_contracts
 from controlplane.store import ContractVersion, Store, check_page_size, check_scope
 from controlplane.v1 import contract_pb2, contract_pb2_grpc
 
@@ -199,6 +199,10 @@ async def contract_component(ctx: AppContext) -> Component:
             )
         ],
         background=[views.run],
-        status_sections=[("Contracts", lambda: render_contracts(views.current().snapshot))],
+        status_sections=[
+            StatusSection(
+                "contracts", "Contracts", lambda: contracts_data(views.current().snapshot), render_contracts
+            )
+        ],
         on_shutdown=[stop_watchers],
     )

@@ -1,4 +1,5 @@
-"""``--http-listen``: ``/metrics`` (Prometheus text), ``/healthz`` and the status page (SPEC §8).
+"""``--http-listen``: ``/metrics`` (Prometheus text), ``/healthz``, the status page and its JSON
+twin ``/status.json`` (SPEC §8).
 
 A deliberately small HTTP/1.1 server on asyncio streams: GET/HEAD only, one request per
 connection, bounded header size and read time. Enough for Prometheus and a browser; the
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import time
 from collections.abc import Callable, Sequence
 
 import structlog
@@ -21,10 +24,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from controlplane.server.auth import TokenTable, http_token
 from controlplane.server.component import StatusSection
-from controlplane.server.status_page import render_page
+from controlplane.server.status_page import render_page, status_document
 
 log = structlog.get_logger("controlplane.http")
 
+TITLE = "fleetplane control plane"
 MAX_HEADER_BYTES = 16 * 1024
 READ_TIMEOUT_S = 5.0
 _REASONS = {
@@ -82,9 +86,11 @@ class StatusHttpServer:
         if path == "/healthz":
             reason = self._unhealthy()
             return (503 if reason else 200), "text/plain; charset=utf-8", f"{reason or 'ok'}\n".encode()
-        if path in ("/", "/status"):
-            page = render_page("fleetplane control plane", self._sections)
-            return 200, "text/html; charset=utf-8", page.encode()
+        if path in ("/", "/status", "/status.json"):
+            document = status_document(TITLE, self._sections, time.time())
+            if path == "/status.json":
+                return 200, "application/json", json.dumps(document, indent=1).encode()
+            return 200, "text/html; charset=utf-8", render_page(document, self._sections).encode()
         return 404, "text/plain; charset=utf-8", b"not found\n"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

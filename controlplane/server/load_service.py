@@ -21,9 +21,9 @@ from controlplane.errors import ControlPlaneError, Unavailable
 from controlplane.load.convert import worker_load, worker_message
 from controlplane.load.encoding import watch_response
 from controlplane.load.plane import LoadPlane
-from controlplane.load.status import render_loads
+from controlplane.load.status import loads_data, render_loads
 from controlplane.metrics import add_freshness_source
-from controlplane.server.component import AppContext, Component, ServiceBinding
+from controlplane.server.component import AppContext, Component, ServiceBinding, StatusSection
 from controlplane.store.etcd_workers import EtcdWorkerRegistry
 from controlplane.v1 import load_pb2, load_pb2_grpc
 
@@ -218,6 +218,10 @@ async def load_component(ctx: AppContext) -> Component:
     return Component(
         services=[ServiceBinding(add_to_server, LoadServicer(plane), SERVICE_NAME)],
         background=background,
-        status_sections=[("Worker load", lambda: render_loads(plane.workers(), plane.loads()))],
+        status_sections=[
+            StatusSection(
+                "loads", "Worker load", lambda: loads_data(plane.workers(), plane.loads()), render_loads
+            )
+        ],
         on_shutdown=[forget_freshness, plane.stop],
     )

@@ -22,11 +22,12 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from controlplane.contracts import FIELD_BY_NAME
 from controlplane.errors import InvalidArgument, PermissionDenied
 from controlplane.metrics import WATCHERS, add_router_source
-from controlplane.reports.page import render_rejections, render_routers
+from controlplane.reports.history import RejectionHistory
+from controlplane.reports.page import rejections_data, render_rejections, render_routers, routers_data
 from controlplane.reports.rejections import RejectionLedger, RejectionTotals
 from controlplane.reports.rollout import RolloutBoard, RouterRecord, RouterView
 from controlplane.server.auth import current_principal, may_report_as
-from controlplane.server.component import AppContext, Component, ServiceBinding
+from controlplane.server.component import AppContext, Component, ServiceBinding, StatusSection
 from controlplane.store.etcd_routers import EtcdRouterStatsStore
 from controlplane.store.routers import (
     RouterStatsStore,
@@ -46,6 +47,7 @@ MAX_APPLY_ERROR_CHARS = 4096
 MAX_REJECTION_ENTRIES = 8192
 # A router's ejected workers: at most as many as a fleet has workers, each a URL.
 MAX_EJECTED_WORKERS = 8192
+HISTORY_EVERY_S = 10.0
 MAX_URL_CHARS = 2048
 # The rollout view leaves out a disconnected router silent this long (its counts stay in the totals).
 FORGET_ROUTER_AFTER_S = 24 * 3600.0
@@ -328,11 +330,25 @@ async def router_component(ctx: AppContext) -> Component:
     service = RouterService(store, current_revision)
     await service.load()
 
-    def routers_section() -> str:
+    def routers_section() -> dict[str, Any]:
         revision = ctx.store.snapshot().revision
-        return render_routers(service.views(revision), revision, time.time())
+        return routers_data(service.views(revision), revision, time.time())
 
-    background = [service.run_flusher]
+    # Rejection totals sampled every few seconds for the page's rates (in memory: an hour).
+    history = RejectionHistory(every_s=HISTORY_EVERY_S)
+
+    def rejections_section() -> dict[str, Any]:
+        now = time.time()
+        totals = service.totals()
+        history.record(now, dict(totals.by_field))
+        return rejections_data(totals, history, now)
+
+    async def sample_history() -> None:
+        while True:
+            history.record(time.time(), dict(service.totals().by_field))
+            await asyncio.sleep(HISTORY_EVERY_S)
+
+    background = [service.run_flusher, sample_history]
     if isinstance(store, EtcdRouterStatsStore):
         background.append(_follow_store(service, store))
 
@@ -345,8 +361,8 @@ async def router_component(ctx: AppContext) -> Component:
         services=[ServiceBinding(router_pb2_grpc.add_RouterServiceServicer_to_server, service, SERVICE_NAME)],
         background=background,
         status_sections=[
-            ("Routers", routers_section),
-            ("Rejections", lambda: render_rejections(service.totals())),
+            StatusSection("routers", "Routers", routers_section, render_routers),
+            StatusSection("rejections", "Rejections", rejections_section, render_rejections),
         ],
         on_shutdown=[forget_routers],
     )

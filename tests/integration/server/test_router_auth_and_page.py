@@ -7,6 +7,7 @@ import contextlib
 import json
 import subprocess
 import urllib.request
+from collections.abc import Awaitable
 from pathlib import Path
 
 import grpc
@@ -102,6 +103,40 @@ async def test_status_page_shows_routers_and_rejections(tmp_path: Path) -> None:
                 lambda: urllib.request.urlopen(url + "metrics", timeout=5).read().decode()
             )
             assert 'fleetplane_control_watchers{stream="reports"} 1.0' in metrics
+
+
+async def test_a_routers_ejected_workers_reach_list_routers_and_status_json(tmp_path: Path) -> None:
+    """Router-side health: the workers a router reports as ejected are in ListRouters and in
+    /status.json, and leave both once it reports them back in rotation."""
+    router = FakeRouter()
+    router.ejected = ["http://w1:8000"]
+    async with running_control_plane(tmp_path) as plane:
+        settings = ControlClientSettings(
+            target=str(plane.grpc_address), router_id="edge-1", report_check_s=0.02
+        )
+        async with subscription(settings, router):
+            url = f"http://{plane.http_address}/status.json"
+
+            async def ejected() -> list[str] | None:
+                doc = json.loads(
+                    await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())
+                )
+                rows = doc["sections"]["routers"]["routers"]
+                return rows[0]["ejected_workers"] if rows else None
+
+            await eventually(lambda: _equal(ejected(), ["http://w1:8000"]))
+            channel = grpc.aio.insecure_channel(str(plane.grpc_address))
+            async with channel:
+                listed = await router_pb2_grpc.RouterServiceStub(channel).ListRouters(
+                    router_pb2.ListRoutersRequest()
+                )
+            assert [list(r.ejected_workers) for r in listed.routers] == [["http://w1:8000"]]
+            router.ejected = []
+            await eventually(lambda: _equal(ejected(), []))
+
+
+async def _equal(value: Awaitable[object], expected: object) -> bool:
+    return await value == expected
 
 
 def _openssl(*args: str) -> None:
