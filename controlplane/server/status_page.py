@@ -151,7 +151,8 @@ def render_summary(summary: Mapping[str, Any]) -> str:
     if unserved:
         names = ", ".join(f"<code>{html.escape(s)}</code>" for s in unserved)
         parts.append(f"<span class='warn'>scopes no worker serves: {names}</span>")
-    return f"<p class='summary'>{''.join(parts)}</p>"
+    # Spaced in the text too (not only by CSS margins): copied or read aloud, the counts stay apart.
+    return f"<p class='summary'>{' '.join(parts)}</p>"
 
 
 def render_page(document: Mapping[str, Any], sections: Sequence[StatusSection]) -> str:
