@@ -8,5 +8,6 @@ cd "$(dirname "$0")/.."
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps sglang==0.5.23
 ./scripts/install_etcd.sh
 ./scripts/install_promtool.sh
+./scripts/install_chromium.sh
 # --durations=25: every run lists its 25 slowest tests, so a test that grows slow is seen.
 exec .venv/bin/python -m pytest --durations=25 "$@"
