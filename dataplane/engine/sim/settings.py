@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--load-snapshot-publish-interval",
         type=_int_at_least(1),
         default=LOAD_PUBLISH_INTERVAL,
-        help="publish load at most every N decode steps (SPEC §7: 5; SGLang 0.5.23 defaults to 15)",
+        help="publish load at most every N decode steps (SGLang 0.5.23 defaults to 15)",
     )
     p.add_argument("--tick-ms", type=_int_at_least(1, 1000), default=5, help="scheduler loop period")
     return p
