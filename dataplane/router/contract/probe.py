@@ -53,6 +53,23 @@ _MAX_VALUE_BYTES: Final = MAX_NUMERIC_STRING_CHARS * 12 + 2
 _I64_BOUND: Final = 2.0**63
 
 _BODY_NOT_OBJECT: Final = "body must be a JSON object"
+_AT_BYTE = re.compile(r" \(byte (\d+)\)$")
+
+
+def _not_an_object(body: bytes, error: msgspec.DecodeError | RecursionError) -> BadRequest:
+    """The 400 for a body that is not one JSON object, saying what is wrong and where (the byte
+    offset msgspec reports), so a client can find the mistake in its body."""
+    if not body.strip():
+        return BadRequest(f"{_BODY_NOT_OBJECT}: the body is empty")
+    if isinstance(error, RecursionError):
+        return BadRequest(f"{_BODY_NOT_OBJECT}: nested too deeply")
+    text = str(error).removeprefix("JSON is malformed: ")
+    if text == "Input data was truncated":
+        text = "it ends before the JSON does"
+    text = _AT_BYTE.sub(r" at byte \1", text)
+    return BadRequest(f"{_BODY_NOT_OBJECT}: {text[:1].lower()}{text[1:]}")
+
+
 _ABSENT_RAW: Final = msgspec.Raw(b"")
 _EMPTY_OBJECT = re.compile(rb"[ \t\r\n]*\{[ \t\r\n]*\}[ \t\r\n]*")
 _JSON_WS: Final = b" \t\r\n"
@@ -521,9 +538,9 @@ def probe_body(body: bytes, dialect: Dialect = CHAT) -> Probe:
     seen.clear()
     try:
         decoded = decode(body)
-    except (msgspec.DecodeError, RecursionError):
+    except (msgspec.DecodeError, RecursionError) as error:
         seen.clear()
-        raise BadRequest(_BODY_NOT_OBJECT) from None
+        raise _not_an_object(body, error) from None
     probe = Probe(dialect)
     has_keys = bool(seen)
     if has_keys:

@@ -79,7 +79,24 @@ def test_not_one_json_object_is_a_bad_request(body: bytes) -> None:
     """Malformed JSON, non-objects, NaN literals, lone surrogates, too deep nesting: 400."""
     with pytest.raises(BadRequest) as exc:
         probe_body(body)
-    assert exc.value.message == "body must be a JSON object" and exc.value.status == 400
+    assert exc.value.message.startswith("body must be a JSON object") and exc.value.status == 400
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (b'{"model": "m", "temperature": 0.5,}', "trailing comma in object at byte 34"),
+        (b'{"model": "m"', "it ends before the JSON does"),
+        (b'[{"model": "m"}]', "expected `object`, got `array`"),
+        (b"  ", "the body is empty"),
+        (b"{'model': 'm'}", "at byte 1"),
+    ],
+)
+def test_a_malformed_body_is_told_what_is_wrong_and_where(body: bytes, said: str) -> None:
+    """The 400 for a body that is not one JSON object names the mistake and its byte offset."""
+    with pytest.raises(BadRequest) as exc:
+        probe_body(body)
+    assert exc.value.message.startswith("body must be a JSON object: ") and said in exc.value.message
 
 
 def test_routing_value_types() -> None:
