@@ -1,8 +1,9 @@
 """``fleetplane routers`` (SPEC §1, §6 ListRouters): the rollout view.
 
 One row per router: its boot, the contract revision it has in force against the store's current
-one, whether it is up to date and connected, how long ago it last reported, and (when any has)
-the workers it has ejected and why it could not apply a revision.
+one, whether it is up to date and connected, the control-plane replica it is on (stored with
+its status, so every replica of a shared etcd store shows it), how long ago it last reported, and
+(when any has) the workers it has ejected and why it could not apply a revision.
 """
 
 from __future__ import annotations
@@ -44,14 +45,16 @@ def render(response: router_pb2.ListRoutersResponse, now_unix_s: float) -> str:
             response.current_revision,
             "yes" if r.up_to_date else "NO",
             "yes" if r.connected else "no",
+            r.control_plane_address or "-",
             report_age(r.last_report_time.ToNanoseconds() / 1e9, now_unix_s),
             ", ".join(r.ejected_workers) or "-",
             r.apply_error,
         ]
         for r in response.routers
     ]
-    headers = ["router_id", "boot", "applied", "current", "up-to-date", "connected", "last report"]
+    headers = ["router_id", "boot", "applied", "current", "up-to-date", "connected", "replica", "last report"]
     keep = list(range(len(headers)))
+    base = len(headers)
     # Optional columns, shown only when some router has something in them.
     optional = (
         ("ejected workers", any(r.ejected_workers for r in response.routers)),
@@ -60,7 +63,7 @@ def render(response: router_pb2.ListRoutersResponse, now_unix_s: float) -> str:
     for offset, (name, shown) in enumerate(optional):
         if shown:
             headers.append(name)
-            keep.append(7 + offset)
+            keep.append(base + offset)
     return table(headers, [[row[i] for i in keep] for row in rows])
 
 

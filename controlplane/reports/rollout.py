@@ -24,6 +24,9 @@ class RouterRecord:
     # The workers the router had ejected at that report. Not persisted: a router re-sends its
     # status at least every heartbeat, and an ejection is about now, not about the record's past.
     ejected_workers: tuple[str, ...] = ()
+    # The control-plane replica the router reported being on (HOST:PORT as the router reaches
+    # it); "" once its stream ended. Stored, so every control plane on a shared store shows it.
+    control_plane_address: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +55,14 @@ class RolloutBoard:
         left = self._open.get(router_id, 0) - 1
         if left > 0:
             self._open[router_id] = left
-        else:
-            self._open.pop(router_id, None)
+            return
+        self._open.pop(router_id, None)
+        record = self._records.get(router_id)
+        if record is not None and record.control_plane_address:
+            # On no replica as far as this plane knows; a replica it failed over to reports a
+            # later time, which wins the merge and the store (``etcd_routers``).
+            self._records[router_id] = replace(record, control_plane_address="")
+            self._dirty.add(router_id)
 
     def is_connected(self, router_id: str) -> bool:
         """True while a report stream of ``router_id`` is open."""

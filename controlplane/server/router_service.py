@@ -83,6 +83,8 @@ def parse_report(request: router_pb2.ReportRouterStatusRequest) -> dict[tuple[st
         raise ReportInvalid(f"applied_revision: must be >= 0, got {request.applied_revision}")
     if len(request.apply_error) > MAX_APPLY_ERROR_CHARS:
         raise ReportInvalid(f"apply_error: longer than {MAX_APPLY_ERROR_CHARS} characters")
+    if len(request.control_plane_address) > MAX_ID_CHARS or not request.control_plane_address.isprintable():
+        raise ReportInvalid(f"control_plane_address: must be printable, at most {MAX_ID_CHARS} characters")
     if len(request.rejections) > MAX_REJECTION_ENTRIES:
         raise ReportInvalid(f"rejections: more than {MAX_REJECTION_ENTRIES} entries")
     if len(request.ejected_workers) > MAX_EJECTED_WORKERS:
@@ -246,6 +248,7 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
                         apply_error=request.apply_error,
                         last_report_unix_s=self._clock(),
                         ejected_workers=tuple(sorted(request.ejected_workers)),
+                        control_plane_address=request.control_plane_address,
                     )
                 )
                 if self._board.has_dirty() or self._ledger.has_dirty():
@@ -281,6 +284,7 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
                     last_report_time=_timestamp(v.record.last_report_unix_s),
                     up_to_date=v.up_to_date,
                     ejected_workers=v.record.ejected_workers,
+                    control_plane_address=v.record.control_plane_address,
                 )
                 for v in self.views(current)
             ],

@@ -23,7 +23,6 @@ from controlplane.errors import ControlPlaneError
 from controlplane.reports.rejections import RejectionRow
 from controlplane.reports.rollout import RouterRecord
 from controlplane.store.etcd_client import (
-    MAX_TXN_OPS,
     EtcdClient,
     Message,
     get,
@@ -67,11 +66,12 @@ class EtcdRouterStatsStore:
 
     async def save(self, records: Sequence[RouterRecord], rows: Sequence[RejectionRow]) -> None:
         try:
-            # The newest report wins: a status is a view, not a count, so last-writer-wins is
-            # what the operator expects from the router they last heard from.
-            statuses = [put(self._status + _part(r.router_id).encode(), _encode_record(r)) for r in records]
-            for start in range(0, len(statuses), MAX_TXN_OPS):
-                await self._client.txn((), statuses[start : start + MAX_TXN_OPS])
+            # The newest report wins: a status is a view, not a count. Newest by report time,
+            # not by write order: after a failover the replica the router left may write its
+            # last record (its stream ended) after the new replica wrote a newer one.
+            statuses = [(self._status + _part(r.router_id).encode(), r) for r in records]
+            for start in range(0, len(statuses), ROWS_PER_TXN):
+                await self._put_newer(statuses[start : start + ROWS_PER_TXN])
             latest: dict[bytes, RejectionRow] = {}
             for row in rows:
                 key = self._count_key(row)
@@ -107,6 +107,23 @@ class EtcdRouterStatsStore:
                 return
         raise RouterStoreError(f"rejection counts: overtaken by other writers {MAX_ATTEMPTS} times")
 
+    async def _put_newer(self, items: list[tuple[bytes, RouterRecord]]) -> None:
+        for _ in range(MAX_ATTEMPTS):
+            found = await self._client.read(*(get(key) for key, _ in items))
+            compares: list[Message] = []
+            puts: list[Message] = []
+            for (key, record), kvs in zip(items, found, strict=True):
+                if kvs and _decode_record(kvs[0].value).last_report_unix_s > record.last_report_unix_s:
+                    continue
+                compares.append(mod_revision_is(key, kvs[0].mod_revision if kvs else 0))
+                puts.append(put(key, _encode_record(record)))
+            if not puts:
+                return
+            response = await self._client.txn(compares, puts)
+            if response.succeeded:
+                return
+        raise RouterStoreError(f"router status: overtaken by other writers {MAX_ATTEMPTS} times")
+
     def _decode_row(self, kv: Message) -> RejectionRow:
         key: bytes = kv.key
         router, boot, scope, param = (unquote(p) for p in key[len(self._counts) :].decode().split("/"))
@@ -120,6 +137,7 @@ def _encode_record(r: RouterRecord) -> bytes:
         "applied_revision": r.applied_revision,
         "apply_error": r.apply_error,
         "last_report_unix_s": r.last_report_unix_s,
+        "control_plane_address": r.control_plane_address,
     }
     return json.dumps(doc, separators=(",", ":")).encode()
 
@@ -132,4 +150,5 @@ def _decode_record(raw: bytes) -> RouterRecord:
         int(doc["applied_revision"]),
         str(doc["apply_error"]),
         float(doc["last_report_unix_s"]),
+        control_plane_address=str(doc.get("control_plane_address", "")),  # absent in older records
     )

@@ -20,20 +20,22 @@ class RejectionCount(_message.Message):
     def __init__(self, scope: _Optional[str] = ..., param: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class ReportRouterStatusRequest(_message.Message):
-    __slots__ = ("router_id", "boot_id", "applied_revision", "apply_error", "rejections", "ejected_workers")
+    __slots__ = ("router_id", "boot_id", "applied_revision", "apply_error", "rejections", "ejected_workers", "control_plane_address")
     ROUTER_ID_FIELD_NUMBER: _ClassVar[int]
     BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     APPLIED_REVISION_FIELD_NUMBER: _ClassVar[int]
     APPLY_ERROR_FIELD_NUMBER: _ClassVar[int]
     REJECTIONS_FIELD_NUMBER: _ClassVar[int]
     EJECTED_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_PLANE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     router_id: str
     boot_id: str
     applied_revision: int
     apply_error: str
     rejections: _containers.RepeatedCompositeFieldContainer[RejectionCount]
     ejected_workers: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, router_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., applied_revision: _Optional[int] = ..., apply_error: _Optional[str] = ..., rejections: _Optional[_Iterable[_Union[RejectionCount, _Mapping]]] = ..., ejected_workers: _Optional[_Iterable[str]] = ...) -> None: ...
+    control_plane_address: str
+    def __init__(self, router_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., applied_revision: _Optional[int] = ..., apply_error: _Optional[str] = ..., rejections: _Optional[_Iterable[_Union[RejectionCount, _Mapping]]] = ..., ejected_workers: _Optional[_Iterable[str]] = ..., control_plane_address: _Optional[str] = ...) -> None: ...
 
 class ReportRouterStatusResponse(_message.Message):
     __slots__ = ()
@@ -44,7 +46,7 @@ class ListRoutersRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class RouterStatus(_message.Message):
-    __slots__ = ("router_id", "boot_id", "applied_revision", "apply_error", "connected", "last_report_time", "up_to_date", "ejected_workers")
+    __slots__ = ("router_id", "boot_id", "applied_revision", "apply_error", "connected", "last_report_time", "up_to_date", "ejected_workers", "control_plane_address")
     ROUTER_ID_FIELD_NUMBER: _ClassVar[int]
     BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     APPLIED_REVISION_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +55,7 @@ class RouterStatus(_message.Message):
     LAST_REPORT_TIME_FIELD_NUMBER: _ClassVar[int]
     UP_TO_DATE_FIELD_NUMBER: _ClassVar[int]
     EJECTED_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_PLANE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     router_id: str
     boot_id: str
     applied_revision: int
@@ -61,7 +64,8 @@ class RouterStatus(_message.Message):
     last_report_time: _timestamp_pb2.Timestamp
     up_to_date: bool
     ejected_workers: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, router_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., applied_revision: _Optional[int] = ..., apply_error: _Optional[str] = ..., connected: _Optional[bool] = ..., last_report_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., up_to_date: _Optional[bool] = ..., ejected_workers: _Optional[_Iterable[str]] = ...) -> None: ...
+    control_plane_address: str
+    def __init__(self, router_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., applied_revision: _Optional[int] = ..., apply_error: _Optional[str] = ..., connected: _Optional[bool] = ..., last_report_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., up_to_date: _Optional[bool] = ..., ejected_workers: _Optional[_Iterable[str]] = ..., control_plane_address: _Optional[str] = ...) -> None: ...
 
 class ListRoutersResponse(_message.Message):
     __slots__ = ("routers", "current_revision")

@@ -288,6 +288,29 @@ async def test_concurrent_count_writers_keep_the_highest_count(store_url: str, r
             await store.close()
 
 
+async def test_a_router_status_written_late_but_older_does_not_replace_the_newer(store_url: str):
+    """After a failover the plane the router left writes its last status (its stream ended)
+    after the new plane wrote a newer one: the store keeps the newer, with the new replica."""
+    from controlplane.reports.rollout import RouterRecord
+
+    stores = [EtcdStore(parse_store(store_url)) for _ in range(2)]  # type: ignore[arg-type]
+    for store in stores:
+        await store.open()
+    try:
+        old, new = (EtcdRouterStatsStore(store.client) for store in stores)
+        await old.save([RouterRecord("edge", "b1", 4, "", 100.0, control_plane_address="10.0.0.1:1")], [])
+        await new.save([RouterRecord("edge", "b1", 4, "", 105.0, control_plane_address="10.0.0.2:1")], [])
+        await old.save([RouterRecord("edge", "b1", 4, "", 100.0, control_plane_address="")], [])
+        records, _ = await old.load()
+        assert [(r.last_report_unix_s, r.control_plane_address) for r in records] == [(105.0, "10.0.0.2:1")]
+        await old.save([RouterRecord("edge", "b1", 5, "", 110.0, control_plane_address="10.0.0.1:1")], [])
+        records, _ = await new.load()
+        assert [(r.applied_revision, r.control_plane_address) for r in records] == [(5, "10.0.0.1:1")]
+    finally:
+        for store in stores:
+            await store.close()
+
+
 async def _until(read: Callable[[], Awaitable[Any]], expected: Any, timeout_s: float = 5.0) -> None:
     """Poll ``read()`` until it returns ``expected`` (a change reaches the other plane through a watch)."""
     deadline = asyncio.get_running_loop().time() + timeout_s

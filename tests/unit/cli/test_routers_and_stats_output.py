@@ -9,10 +9,18 @@ from controlplane.v1 import router_pb2
 
 
 def test_routers_table_shows_rollout_columns() -> None:
-    """Each router shows boot, applied vs current revision, up to date, connected and report age."""
+    """Each router shows boot, applied vs current revision, up to date, connected, the replica it
+    is on and report age; a router on no replica shows ``-``."""
     response = router_pb2.ListRoutersResponse(current_revision=7)
-    status = response.routers.add(router_id="r1", boot_id="ab12", applied_revision=6, connected=True)
+    status = response.routers.add(
+        router_id="r1",
+        boot_id="ab12",
+        applied_revision=6,
+        connected=True,
+        control_plane_address="10.0.0.2:50051",
+    )
     status.last_report_time.FromSeconds(1000)
+    response.routers.add(router_id="r2", boot_id="cd34", applied_revision=7, up_to_date=True)
     lines = render_routers(response, now_unix_s=1003).splitlines()
     assert lines[0].split() == [
         "ROUTER_ID",
@@ -21,10 +29,12 @@ def test_routers_table_shows_rollout_columns() -> None:
         "CURRENT",
         "UP-TO-DATE",
         "CONNECTED",
+        "REPLICA",
         "LAST",
         "REPORT",
     ]
-    assert lines[1].split() == ["r1", "ab12", "6", "7", "NO", "yes", "3s"]
+    assert lines[1].split() == ["r1", "ab12", "6", "7", "NO", "yes", "10.0.0.2:50051", "3s"]
+    assert lines[2].split() == ["r2", "cd34", "7", "7", "yes", "no", "-", "-"]
 
 
 def test_routers_table_adds_apply_error_column_only_when_needed() -> None:

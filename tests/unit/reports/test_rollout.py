@@ -65,3 +65,19 @@ def test_long_silent_disconnected_router_leaves_the_view_but_a_connected_one_sta
     ids = [v.record.router_id for v in board.view(3, now_unix_s=100 + 61, forget_after_s=60)]
     assert ids == ["live"]
     assert [v.record.router_id for v in board.view(3, now_unix_s=150, forget_after_s=60)] == ["gone", "live"]
+
+
+def test_the_replica_a_router_is_on_is_kept_until_its_last_stream_ends() -> None:
+    """The record names the replica the router reported; once its last stream here ends it names
+    none (and is written again), so a plane the router left does not claim it."""
+    board = RolloutBoard()
+    board.stream_opened("r1")
+    board.stream_opened("r1")
+    board.report(RouterRecord("r1", "b1", 3, "", 100.0, control_plane_address="10.0.0.1:50051"))
+    board.take_dirty()
+    board.stream_closed("r1")
+    assert board.view(3)[0].record.control_plane_address == "10.0.0.1:50051"
+    board.stream_closed("r1")
+    [view] = board.view(3)
+    assert (view.record.control_plane_address, view.record.last_report_unix_s) == ("", 100.0)
+    assert [r.router_id for r in board.take_dirty()] == ["r1"]
