@@ -134,12 +134,12 @@ class Router:
 
 async def serve(settings: RouterSettings) -> int:
     """Run one router process until SIGTERM/SIGINT; 0 on a clean stop, 2 on a startup error."""
-    if settings.control_plane is not None:
+    if settings.control_plane:
         # Workers, contracts and load come from the control plane (SPEC §1): start with no
         # contract snapshot (judged requests get contract_unavailable until the first arrives).
         try:
             control = control_settings(
-                settings.control_plane,
+                ",".join(settings.control_plane),
                 settings.router_id,
                 settings.token,
                 settings.tls_ca,

@@ -12,7 +12,7 @@ rejection), ``fleetplane_requests_total{route,code}`` (code = HTTP status),
 ``fleetplane_request_duration_seconds{route}`` (histogram, streams measured to their end),
 ``fleetplane_upstream_requests_total{worker,protocol,outcome}``, ``fleetplane_worker_inflight{worker}``,
 ``fleetplane_admission_queue_depth``, ``fleetplane_contract_revision``,
-``fleetplane_control_plane_connected``.
+``fleetplane_control_plane_connected``, ``fleetplane_control_plane_replica{address}``.
 
 Under ``--processes N`` every child's ``/metrics`` answers for the whole router: its siblings'
 families are gathered at scrape time and merged (``process.metrics``, ``process.merge``).
@@ -188,6 +188,17 @@ class _Collector(Collector):
             "1 while the control-plane streams are up (always 0 in standalone mode).",
             value=1 if state.control_plane_connected else 0,
         )
+        # Info-style: one series, for the replica the router is on (none while disconnected), so
+        # the label takes only addresses from --control-plane (or what its DNS name resolves to).
+        # Summed over --processes N: how many of the router's processes are on that replica.
+        replica = GaugeMetricFamily(
+            "fleetplane_control_plane_replica",
+            "1 for the control-plane replica (HOST:PORT) the router is connected to.",
+            labels=["address"],
+        )
+        if state.control_plane_replica:
+            replica.add_metric([state.control_plane_replica], 1)
+        yield replica
 
 
 def _bound(bound: float) -> str:

@@ -24,6 +24,7 @@ from dataplane.errors import SettingsError
 from dataplane.router.balancer import Policy
 from dataplane.router.contract.dialects import DIALECTS
 from dataplane.router.contract.routes import RouteTable, build_route_table
+from dataplane.router.control.convert import grpc_target, parse_control_plane
 from dataplane.router.fleet.health import HealthPolicy
 from dataplane.router.fleet.workers import WorkerAddress, WorkerUrlError
 from dataplane.router.process.journal import default_journal_path
@@ -48,7 +49,8 @@ class RouterSettings:
     max_body_bytes: int = 32 * MIB
     processes: int = 1
     router_id: str = ""
-    control_plane: str | None = None
+    # The control-plane replicas (HOST:PORT each, as given); empty: standalone mode.
+    control_plane: tuple[str, ...] = ()
     token: str | None = None
     tls_ca: Path | None = None
     tls_cert: Path | None = None
@@ -96,7 +98,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="address to serve on (port 0: any free port)",
     )
     parser.add_argument(
-        "--control-plane", default=None, metavar="HOST:PORT", help="subscribe to this control plane"
+        "--control-plane",
+        action="append",
+        default=[],
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="subscribe to this control plane; several replicas (comma-separated or repeated, IP "
+        "addresses of one family, or one DNS name resolving to several): the router stays on one "
+        "and fails over to another within seconds when it dies or hangs",
     )
     parser.add_argument(
         "--token", default=None, help="bearer token for the control plane (shows in ps: prefer --token-file)"
@@ -336,7 +344,10 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
             WorkerAddress.parse(url)
         except WorkerUrlError as exc:
             raise SettingsError(f"--worker {exc}") from None
-    if args.control_plane is not None:
+    control_plane: tuple[str, ...] = ()
+    if args.control_plane:
+        control_plane = parse_control_plane(args.control_plane)
+        grpc_target(control_plane)  # a mix gRPC cannot resolve in one channel: a startup error
         if workers:
             raise SettingsError(
                 "--worker: not allowed with --control-plane (workers come from the control plane)"
@@ -414,8 +425,8 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
     else:
         # A default id (HOST-PID) is never restarted under the same name: nothing to hand over.
         counts_journal = (
-            default_journal_path(args.router_id, args.control_plane)
-            if args.router_id and args.control_plane
+            default_journal_path(args.router_id, ",".join(sorted(control_plane)))
+            if args.router_id and control_plane
             else None
         )
     return RouterSettings(
@@ -431,7 +442,7 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         max_body_bytes=args.max_body_bytes,
         processes=args.processes,
         router_id=args.router_id or f"{socket.gethostname()}-{os.getpid()}",
-        control_plane=args.control_plane,
+        control_plane=control_plane,
         token=_token(args.token, args.token_file),
         tls_ca=Path(args.tls_ca) if args.tls_ca else None,
         tls_cert=Path(args.tls_cert) if args.tls_cert else None,

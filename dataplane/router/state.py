@@ -80,7 +80,8 @@ class RouterState:
     """The swappable snapshot holder shared by the request path and the control-plane client.
 
     Implements ``control.ControlTarget``: ``apply_contracts``, ``apply_workers``, ``apply_loads``,
-    ``rejection_counts``, ``ejected_workers``, ``set_control_plane_connected``.
+    ``rejection_counts``, ``ejected_workers``, ``set_control_plane_connected``,
+    ``set_control_plane_replica``.
     """
 
     def __init__(self, *, contracts: ContractSet | None = None) -> None:
@@ -88,6 +89,8 @@ class RouterState:
         self.contracts: ContractSet | None = contracts
         self.workers = WorkerSet()
         self.control_plane_connected = False
+        # The control-plane replica (HOST:PORT) the client is on; "" while none.
+        self.control_plane_replica = ""
         # Cumulative contract rejections by (scope, param) since start (SPEC §6 ReportRouterStatus,
         # §8 fleetplane_sampling_contract_rejections_total): one dict update per violated field.
         self.rejections: dict[tuple[str, str], int] = {}
@@ -166,6 +169,9 @@ class RouterState:
 
     def set_control_plane_connected(self, connected: bool) -> None:
         self.control_plane_connected = connected
+
+    def set_control_plane_replica(self, address: str) -> None:
+        self.control_plane_replica = address
 
     async def close(self) -> None:
         """Shutdown: close every pool (in-flight answers end as incomplete)."""

@@ -18,6 +18,7 @@ class FakeRouter:
         self.loads: Mapping[str, EngineLoad] = {}
         self.rejections: dict[tuple[str, str], int] = {}
         self.connected = False
+        self.replica = ""
         self.refuse = False
         self.ejected: list[str] = []
 
@@ -40,6 +41,9 @@ class FakeRouter:
 
     def set_control_plane_connected(self, connected: bool, /) -> None:
         self.connected = connected
+
+    def set_control_plane_replica(self, address: str, /) -> None:
+        self.replica = address
 
 
 class Recorder:
@@ -68,4 +72,7 @@ class Recorder:
         return self.ejected
 
     def set_control_plane_connected(self, connected: bool, /) -> None:
+        pass
+
+    def set_control_plane_replica(self, address: str, /) -> None:
         pass

@@ -5,16 +5,28 @@ router's flags, TLS or mTLS credentials and the bearer token, one gRPC channel w
 reconnect backoff stays below ours, one stream attempt at a time with a jittered backoff after
 it, a failure logged once per episode, and the connectivity behind
 ``fleetplane_control_plane_connected`` (SPEC §8). ``grpc.aio.AioRpcError`` never leaves it.
+
+Several control-plane replicas (on one etcd store) are one channel target: gRPC's resolver (a
+DNS name's addresses, or an ``ipv4:``/``ipv6:`` list) and its pick_first policy keep every stream
+on one replica and connect to the next when it fails; keepalive pings notice a hung one. The
+streams then resume where they were: ``WatchContracts`` from ``known_revision`` (nothing is sent
+again while the new replica is at that revision); ``WatchLoads`` has no resume token and starts
+with a full view, which is right, as each replica holds its own view of the engines. What gRPC
+does not offer Python, which replica the channel is on, comes from channelz.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Coroutine
 from pathlib import Path
 
 import grpc
 import structlog
+
+# gRPC Python's channelz entry points (what grpcio-channelz serves); no stubs for them.
+from grpc._cython import cygrpc  # type: ignore[attr-defined]
 
 from controlplane.v1 import contract_pb2_grpc, load_pb2_grpc, router_pb2_grpc
 from dataplane.router.control.backoff import Backoff
@@ -22,7 +34,9 @@ from dataplane.router.control.convert import (
     ControlClientSettings,
     ControlConfigError,
     ControlTarget,
-    check_target,
+    grpc_target,
+    parse_control_plane,
+    replica_address,
 )
 
 log = structlog.get_logger(__name__)
@@ -32,12 +46,68 @@ log = structlog.get_logger(__name__)
 # gRPC's default 4 MB receive limit at ~7 000 eight-rank workers, where the router would be
 # refused every view. The control plane sends without a limit.
 MAX_RECEIVE_MESSAGE_BYTES = 256 * 1024 * 1024
+# Failover (several --control-plane replicas): a replica killed closes its connections and the
+# streams fail at once; a hung one (SIGSTOP, a frozen VM) keeps them open, so HTTP/2 keepalive
+# pings notice it: no PING ack within KEEPALIVE_TIMEOUT_MS and gRPC closes the transport, the
+# streams fail UNAVAILABLE, and pick_first connects to the next address. A hang is noticed
+# within KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS (3 s). The control plane accepts pings this
+# often (controlplane.app SERVER_OPTIONS: one per second at most).
+KEEPALIVE_TIME_MS = 1500
+KEEPALIVE_TIMEOUT_MS = 1500
 _CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2000),
     ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    # gRPC core waits for a PING ack up to this long whatever keepalive_timeout_ms says
+    # (default 60 s): without it a hung replica holds the router for a minute.
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    # pick_first (gRPC's default, named so it stays): every stream on one replica, the next
+    # address when it fails; channelz tells which one it is on (``_read_replica``).
+    ("grpc.service_config", json.dumps({"loadBalancingConfig": [{"pick_first": {}}]})),
+    ("grpc.enable_channelz", 1),
 )
+
+
+def _channelz_ids(target: str) -> set[int]:
+    """Ids of this process's top-level gRPC channels to ``target`` (channelz)."""
+    ids: set[int] = set()
+    start = 0
+    while True:
+        page = json.loads(cygrpc.channelz_get_top_channels(start))
+        for channel in page.get("channel", []):
+            channel_id = int(channel["ref"]["channelId"])
+            start = max(start, channel_id + 1)
+            if channel.get("data", {}).get("target") == target:
+                ids.add(channel_id)
+        if page.get("end", True) or not page.get("channel"):
+            return ids
+
+
+def _read_replica(channel_ids: set[int]) -> str:
+    """``HOST:PORT`` of the replica the channel is connected to ("" while none).
+
+    gRPC Python has no API for a client call's peer; channelz (gRPC's own introspection, what
+    grpcio-channelz serves) has the READY subchannel picked by pick_first and its address.
+    """
+    for channel_id in sorted(channel_ids):
+        try:
+            channel = json.loads(cygrpc.channelz_get_channel(channel_id)).get("channel", {})
+        except ValueError:  # gone (closed)
+            continue
+        for ref in channel.get("subchannelRef", []):
+            try:
+                sub = json.loads(cygrpc.channelz_get_subchannel(int(ref["subchannelId"])))
+            except ValueError:
+                continue
+            data = sub.get("subchannel", {}).get("data", {})
+            if data.get("state", {}).get("state") == "READY" and data.get("target"):
+                return replica_address(str(data["target"]))
+    return ""
 
 
 class _Episodes:
@@ -89,7 +159,7 @@ def control_settings(
     tls_key: str | Path | None = None,
 ) -> ControlClientSettings:
     """Checked settings from the router's flags; ControlConfigError names the flag."""
-    check_target(target)
+    parse_control_plane([target])
     if token is not None and (not token or not token.isprintable() or " " in token):
         raise ControlConfigError("--token: must be a non-empty printable string without spaces")
     if bool(tls_cert) != bool(tls_key):
@@ -119,12 +189,19 @@ class ControlChannel:
             (("authorization", f"Bearer {settings.token}"),) if settings.token else ()
         )
         credentials = _credentials(settings)
-        check_target(settings.target)
+        # Several replicas in one target: gRPC's resolver and pick_first fail over between them.
+        self.addresses = parse_control_plane([settings.target])
+        grpc_name = grpc_target(self.addresses)
+        before = _channelz_ids(grpc_name)
         self._channel = (
-            grpc.aio.secure_channel(settings.target, credentials, options=_CHANNEL_OPTIONS)
+            grpc.aio.secure_channel(grpc_name, credentials, options=_CHANNEL_OPTIONS)
             if credentials is not None
-            else grpc.aio.insecure_channel(settings.target, options=_CHANNEL_OPTIONS)
+            else grpc.aio.insecure_channel(grpc_name, options=_CHANNEL_OPTIONS)
         )
+        # This channel's channelz id: the one to the same target that was not there before.
+        self._channelz = _channelz_ids(grpc_name) - before
+        # The replica the streams are on ("" while not connected): metrics and reports.
+        self.replica = ""
         self._contracts = contract_pb2_grpc.ContractServiceStub(self._channel)
         self._loads = load_pb2_grpc.LoadServiceStub(self._channel)
         self._routers = router_pb2_grpc.RouterServiceStub(self._channel)
@@ -158,7 +235,17 @@ class ControlChannel:
             self._channel_ready = channel_ready
         if loads_live is not None:
             self._loads_live = loads_live
-        self._target.set_control_plane_connected(self._channel_ready and self._loads_live)
+        connected = self._channel_ready and self._loads_live
+        self._target.set_control_plane_connected(connected)
+        replica = self.read_replica() if connected else ""
+        if replica != self.replica:
+            log.info("control_plane_replica", address=replica or None, previous=self.replica or None)
+            self.replica = replica
+            self._target.set_control_plane_replica(replica)
+
+    def read_replica(self) -> str:
+        """The replica the channel is on now, as channelz has it ("" while none)."""
+        return _read_replica(self._channelz)
 
     async def _connectivity_loop(self) -> None:
         state = self._channel.get_state(try_to_connect=True)

@@ -202,6 +202,9 @@ class ControlPlaneClient(ControlChannel):
             apply_error=apply_error,
             rejections=[router_pb2.RejectionCount(scope=s, param=p, count=c) for (s, p), c in counts],
             ejected_workers=self._target.ejected_workers(),
+            # Read now, not when the loads stream came up: a report stream on a new replica says so
+            # in its first message (``fleetplane routers`` shows it).
+            control_plane_address=self.read_replica(),
         )
 
     def predecessor_reports(self) -> list[router_pb2.ReportRouterStatusRequest]:

@@ -8,10 +8,13 @@ load view an ``EngineLoad``; and the client's settings (``ControlClientSettings`
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import unquote
 
 from controlplane.contracts import ContractError, SamplingContract, contract_from_proto
 from controlplane.v1 import contract_pb2, load_pb2
@@ -81,6 +84,9 @@ class ControlTarget(Protocol):
     def set_control_plane_connected(self, connected: bool, /) -> None:
         """Drive ``fleetplane_control_plane_connected`` (SPEC §8)."""
 
+    def set_control_plane_replica(self, address: str, /) -> None:
+        """The replica (``HOST:PORT``) the streams are on; "" while none."""
+
 
 def check_target(target: str) -> str:
     """``HOST:PORT`` (IPv6 as ``[::1]:PORT``) or ControlConfigError naming the flag."""
@@ -90,6 +96,82 @@ def check_target(target: str) -> str:
             f"--control-plane {target!r}: expected HOST:PORT (e.g. 127.0.0.1:50051 or [::1]:50051)"
         )
     return target
+
+
+def _host_kind(entry: str) -> str:
+    """``ipv4``, ``ipv6`` or ``dns`` for a checked ``HOST:PORT`` entry."""
+    host = entry.rpartition(":")[0]
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise ControlConfigError(f"--control-plane {entry!r}: {host} is not an IPv6 address") from None
+        return "ipv6"
+    if ":" in host:
+        raise ControlConfigError(
+            f"--control-plane {entry!r}: an IPv6 address goes in brackets, e.g. [::1]:50051"
+        )
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        if not _HOST_NAME.fullmatch(host):
+            raise ControlConfigError(f"--control-plane {entry!r}: {host!r} is not a host name") from None
+        return "dns"
+    return "ipv4"
+
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
+
+
+def parse_control_plane(values: Sequence[str]) -> tuple[str, ...]:
+    """The control-plane replicas from ``--control-plane`` (repeated, each comma-separated).
+
+    Every entry is ``HOST:PORT``; a bad one is a ControlConfigError naming the flag and the entry.
+    """
+    entries: list[str] = []
+    for value in values:
+        for raw in value.split(","):
+            entry = raw.strip()
+            if not entry:
+                raise ControlConfigError(
+                    f"--control-plane {value!r}: empty address (expected HOST:PORT[,HOST:PORT...])"
+                )
+            check_target(entry)
+            _host_kind(entry)
+            if entry in entries:
+                raise ControlConfigError(f"--control-plane {entry!r}: given twice")
+            entries.append(entry)
+    if not entries:
+        raise ControlConfigError("--control-plane: expected HOST:PORT[,HOST:PORT...]")
+    return tuple(entries)
+
+
+def grpc_target(entries: Sequence[str]) -> str:
+    """One gRPC channel target for every replica, so gRPC's resolver and pick_first policy do
+    the failover (gRPC naming: ``ipv4:A:P,B:P``, ``ipv6:[A]:P,[B]:P``, ``dns:///NAME:P``).
+
+    A target names one address family or one DNS name: gRPC has no target mixing them (and
+    Python cannot plug in a resolver of its own), so a mix is a startup error pointing at the
+    way that works: one DNS name that resolves to every replica.
+    """
+    kinds = {_host_kind(entry) for entry in entries}
+    if len(entries) == 1:
+        # One address as before: gRPC's default (dns) resolver, its authority for TLS the entry.
+        return entries[0]
+    if len(kinds) == 1 and kinds != {"dns"}:
+        (kind,) = kinds
+        return f"{kind}:{','.join(entries)}"
+    raise ControlConfigError(
+        f"--control-plane {','.join(entries)!r}: give IP addresses of one family (IPv4 or IPv6) "
+        "or one DNS name that resolves to every replica, not a mix (gRPC resolves one name per channel)"
+    )
+
+
+def replica_address(subchannel_target: str) -> str:
+    """A gRPC subchannel's address (``ipv4:127.0.0.1:50051``, ``ipv6:%5B::1%5D:50051``) as
+    ``HOST:PORT`` (``127.0.0.1:50051``, ``[::1]:50051``), the form --control-plane takes."""
+    _, sep, address = subchannel_target.partition(":")
+    return unquote(address if sep else subchannel_target)
 
 
 def snapshot_contracts(snapshot: contract_pb2.WatchContractsResponse) -> dict[str, SamplingContract]:

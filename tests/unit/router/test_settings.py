@@ -122,3 +122,39 @@ def test_a_long_probe_interval_raises_the_default_cap() -> None:
     """--health-probe-interval-s above the 10 s default cap needs no --health-probe-max-interval-s."""
     s = _settings("--health-probe-interval-s", "60")
     assert (s.health.probe_interval_s, s.health.probe_interval_max_s) == (60.0, 60.0)
+
+
+def test_several_control_plane_replicas_comma_separated_repeated_or_from_the_environment() -> None:
+    """--control-plane takes a comma list, repeats, and FLEETPLANE_CONTROL_PLANE; order is kept."""
+    given = _settings(
+        "--control-plane", "10.0.0.1:50051, 10.0.0.2:50051", "--control-plane", "10.0.0.3:50051"
+    )
+    assert given.control_plane == ("10.0.0.1:50051", "10.0.0.2:50051", "10.0.0.3:50051")
+    env = _settings(environ={"FLEETPLANE_CONTROL_PLANE": "[::1]:1,[::1]:2"})
+    assert env.control_plane == ("[::1]:1", "[::1]:2")
+    assert _settings().control_plane == ()
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("10.0.0.1:50051,,10.0.0.2:50051", "empty address"),
+        ("10.0.0.1", "expected HOST:PORT"),
+        ("10.0.0.1:", "expected HOST:PORT"),
+        ("10.0.0.1:0", "expected HOST:PORT"),
+        ("10.0.0.1:65536", "expected HOST:PORT"),
+        ("10.0.0.1:http", "expected HOST:PORT"),
+        ("::1:50051", "in brackets"),
+        ("[nope]:50051", "not an IPv6 address"),
+        ("bad host:50051", "not a host name"),
+        ("10.0.0.1:1,10.0.0.1:1", "given twice"),
+        ("10.0.0.1:1,[::1]:1", "not a mix"),
+        ("cp-a:1,cp-b:1", "one DNS name"),
+        ("cp-a:1,10.0.0.1:1", "not a mix"),
+    ],
+)
+def test_a_bad_control_plane_list_is_one_line_naming_the_flag_and_the_entry(value: str, needle: str) -> None:
+    """Each bad --control-plane entry is a startup error naming the flag and what is allowed."""
+    with pytest.raises(SettingsError, match="--control-plane") as caught:
+        _settings("--control-plane", value)
+    assert needle in str(caught.value) and "\n" not in str(caught.value)

@@ -14,6 +14,8 @@ from dataplane.router.control.convert import (
     LoadViews,
     check_target,
     engine_load,
+    grpc_target,
+    replica_address,
     snapshot_contracts,
     worker_specs,
 )
@@ -164,3 +166,26 @@ def test_backoff_grows_with_jitter_up_to_the_cap_and_resets() -> None:
 def test_good_targets_pass(target: str) -> None:
     """HOST:PORT targets, IPv6 in brackets, are accepted as given."""
     assert check_target(target) == target
+
+
+@pytest.mark.parametrize(
+    ("entries", "target"),
+    [
+        (("127.0.0.1:50051",), "127.0.0.1:50051"),  # one address: exactly as before
+        (("cp.internal:443",), "cp.internal:443"),
+        (("10.0.0.1:1", "10.0.0.2:2"), "ipv4:10.0.0.1:1,10.0.0.2:2"),
+        (("[::1]:1", "[fd00::2]:2"), "ipv6:[::1]:1,[fd00::2]:2"),
+    ],
+)
+def test_replicas_become_one_grpc_target(entries: tuple[str, ...], target: str) -> None:
+    """Several replicas become gRPC's own multi-address target, so pick_first fails over."""
+    assert grpc_target(entries) == target
+
+
+@pytest.mark.parametrize(
+    ("subchannel", "address"),
+    [("ipv4:127.0.0.1:50051", "127.0.0.1:50051"), ("ipv6:%5B::1%5D:50051", "[::1]:50051")],
+)
+def test_a_subchannel_address_reads_as_host_port(subchannel: str, address: str) -> None:
+    """channelz's subchannel target is shown as the HOST:PORT form --control-plane takes."""
+    assert replica_address(subchannel) == address
