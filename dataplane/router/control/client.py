@@ -140,23 +140,25 @@ class ControlPlaneClient(ControlChannel):
     async def _loads_loop(self) -> None:
         backoff = Backoff(self._settings.backoff_initial_s, self._settings.backoff_max_s)
         while True:
-            try:
-                await self._stream("loads", backoff, self._watch_loads(backoff))
-            finally:
-                # No stream, no view: fall back to own in-flight counts (SPEC §7).
-                self._load_views.clear()
-                self._target.apply_loads({})
-                self._set_connected(loads_live=False)
+            await self._stream("loads", backoff, self._watch_loads(backoff))
 
     async def _watch_loads(self, backoff: Backoff) -> None:
         request = load_pb2.WatchLoadsRequest(router_id=self._settings.router_id)
-        call = self._loads.WatchLoads(request, metadata=self._metadata)
-        async for message in call:
-            backoff.reset()
-            self._episodes.recovered("loads")
-            self.apply_load_message(message)
-            if not self._loads_live:
-                self._set_connected(loads_live=True)
+        try:
+            call = self._loads.WatchLoads(request, metadata=self._metadata)
+            async for message in call:
+                backoff.reset()
+                self._episodes.recovered("loads")
+                self.apply_load_message(message)
+                if not self._loads_live:
+                    self._set_connected(loads_live=True)
+        finally:
+            # No stream, no view: fall back to own in-flight counts (SPEC §7) at once, not after
+            # the backoff delay (a failover would otherwise show the new replica connected while
+            # this stream still counted as live).
+            self._load_views.clear()
+            self._target.apply_loads({})
+            self._set_connected(loads_live=False)
 
     def apply_registry(self, workers: Sequence[load_pb2.Worker]) -> None:
         """Replace the worker set when the registry changed."""
