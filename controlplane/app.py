@@ -98,7 +98,9 @@ def _check_bindable(flag: str, address: Address) -> None:
     if address.port == 0:
         return
     try:
-        with socket.create_server((address.host, address.port)):
+        # An IPv6 literal needs its family: create_server's default (AF_INET) cannot bind "::1".
+        family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+        with socket.create_server((address.host, address.port), family=family):
             pass
     except OSError as exc:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import grpc
+import pytest
 
 from controlplane.v1 import contract_pb2 as pb
 from controlplane.v1 import contract_pb2_grpc
@@ -89,3 +90,16 @@ def test_startup_errors_exit_non_zero_with_one_line_naming_the_flag(tmp_path: Pa
             "--listen", "127.0.0.1:0", "--store", store, "--http-listen", f"127.0.0.1:{port}"
         )
         assert code == 2 and "--http-listen" in err.splitlines()[-1]
+
+
+def test_listens_on_a_given_ipv6_loopback_port(tmp_path: Path) -> None:
+    """--listen [::1]:PORT (a fixed port, so the pre-bind check runs) starts and answers there."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+            port = int(probe.getsockname()[1])
+    except OSError:
+        pytest.skip("no IPv6 loopback (::1) on this machine")
+    with ControlPlaneProcess("--listen", f"[::1]:{port}", store_path=tmp_path / "c.db") as cp:
+        assert _update(f"[::1]:{port}", "llama").version == 1
+        assert cp.port == port
