@@ -82,7 +82,8 @@ def _channelz_ids(target: str) -> set[int]:
         for channel in page.get("channel", []):
             channel_id = int(channel["ref"]["channelId"])
             start = max(start, channel_id + 1)
-            if channel.get("data", {}).get("target") == target:
+            # gRPC shows a target without a scheme with the default one ("dns:///host:port").
+            if channel.get("data", {}).get("target") in (target, f"dns:///{target}"):
                 ids.add(channel_id)
         if page.get("end", True) or not page.get("channel"):
             return ids

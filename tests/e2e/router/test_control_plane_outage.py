@@ -21,6 +21,12 @@ def connected(r: RouterProcess) -> float:
     return r.metrics()["fleetplane_control_plane_connected"]
 
 
+def replicas(r: RouterProcess) -> dict[str, float]:
+    """``fleetplane_control_plane_replica`` by address."""
+    prefix = 'fleetplane_control_plane_replica{address="'
+    return {k[len(prefix) : -2]: v for k, v in r.metrics().items() if k.startswith(prefix)}
+
+
 def test_router_follows_the_control_plane_through_its_absence(
     sim: EngineSim, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -50,8 +56,12 @@ def test_router_follows_the_control_plane_through_its_absence(
             routers = json.loads(fleetplane(target, "routers", "--output", "json").stdout)
             assert "audit-edge" in json.dumps(routers)
             assert connected(router) == 1
+            # The one replica it is on, named as --control-plane names it; in the rollout view too.
+            assert replicas(router) == {target: 1.0}
+            assert routers["routers"][0]["controlPlaneAddress"] == target
 
         wait_for(lambda: connected(router) == 0, 10)
+        assert replicas(router) == {}
         refused = request(router, "POST", "/v1/completions", BODY[:-1] + b',"temperature":0.25}')
         assert (refused.status, envelope(refused)["param"]) == (400, "temperature")
         assert request(router, "GET", "/readiness").status == 200
