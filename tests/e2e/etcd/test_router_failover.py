@@ -145,33 +145,44 @@ def test_a_hung_replica_sigstop_is_left_within_seconds(etcd: EtcdServer, sim: En
     assert took < FAILOVER_LIMIT_S
 
 
-def _localhost_families() -> set[int]:
+def _has_ipv6_loopback() -> bool:
     try:
-        return {info[0] for info in socket.getaddrinfo("localhost", 1, type=socket.SOCK_STREAM)}
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
     except OSError:
-        return set()
+        return False
+    return True
 
 
 def test_a_dns_name_resolving_to_two_replicas_fails_over(etcd: EtcdServer, sim: EngineSim) -> None:
-    """--control-plane localhost:PORT with replicas on 127.0.0.1 and ::1: kill one, on the other."""
-    if _localhost_families() != {socket.AF_INET, socket.AF_INET6}:
-        pytest.skip("localhost does not resolve to both 127.0.0.1 and ::1 on this machine (/etc/hosts)")
+    """--control-plane localhost:PORT with replicas on 127.0.0.1 and [::1]: gRPC's resolver gives
+    both (its c-ares resolver answers localhost with both families, RFC 6761 §6.3, without a DNS
+    query); kill the one the router is on and it is on the other, enforcing a change made there."""
+    if not _has_ipv6_loopback():
+        pytest.skip("no IPv6 loopback (::1) on this machine")
     port = _port_free_on_both()
     store = etcd.url("dns")
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_DNS_RESOLVER"}  # gRPC's default: c-ares
     with (
         ControlPlaneProcess("--store", store, "--listen", f"127.0.0.1:{port}") as v4,
         ControlPlaneProcess("--store", store, "--listen", f"[::1]:{port}") as v6,
     ):
         fleetplane(v4.target, "workers", "add", sim.url)
         fleetplane(v4.target, "contract", "set", "--scope", "*", '{"temperature": 0.25}')
-        with RouterProcess("--control-plane", f"localhost:{port}", "--router-id", "edge-dns") as router:
+        with RouterProcess(
+            "--control-plane", f"localhost:{port}", "--router-id", "edge-dns", env=env
+        ) as router:
             wait_for(lambda: router.metrics()["fleetplane_contract_revision"] == 1, 20)
             on = wait_for(lambda: replica(router), 20)
+            assert on in (f"127.0.0.1:{port}", f"[::1]:{port}")
             victim, survivor = (v4, v6) if on.startswith("127.") else (v6, v4)
             victim.kill()
-            wait_for(lambda: replica(router) not in ("", on), FAILOVER_LIMIT_S, 0.05)
+            moved = wait_for(lambda: (r := replica(router)) not in ("", on) and r, FAILOVER_LIMIT_S, 0.05)
+            assert {on, moved} == {f"127.0.0.1:{port}", f"[::1]:{port}"}
             fleetplane(survivor.target, "contract", "set", "--scope", "*", '{"temperature": 0.75}')
             wait_for(lambda: router.metrics()["fleetplane_contract_revision"] == 2, 10)
+            served = request(router, "POST", "/v1/completions", BODY)
+            assert (served.status, engine_read(served)["temperature"]) == (200, 0.75)
 
 
 def _port_free_on_both() -> int:
