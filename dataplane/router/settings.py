@@ -103,8 +103,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="HOST:PORT[,HOST:PORT...]",
         help="subscribe to this control plane; several replicas (comma-separated or repeated, IP "
-        "addresses of one family, or one DNS name resolving to several): the router stays on one "
-        "and fails over to another within seconds when it dies or hangs",
+        "addresses of one family, or one DNS name resolving to several; with TLS one DNS name): "
+        "the router stays on one and fails over to another within seconds when it dies or hangs",
     )
     parser.add_argument(
         "--token", default=None, help="bearer token for the control plane (shows in ps: prefer --token-file)"

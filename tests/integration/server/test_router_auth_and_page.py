@@ -177,3 +177,13 @@ def test_unreadable_ca_file_is_a_startup_error(tmp_path: Path) -> None:
     """A --tls-ca that cannot be read is refused at startup, naming the flag."""
     with pytest.raises(ControlConfigError, match="--tls-ca"):
         control_settings("127.0.0.1:50051", "r", None, tmp_path / "missing.pem")
+
+
+def test_tls_with_several_ip_addresses_is_a_startup_error(server_pki: Path) -> None:
+    """With TLS a gRPC channel verifies every replica against one name, so several IP addresses
+    (each replica's certificate naming its own) would fail only at failover: refused at start."""
+    with pytest.raises(ControlConfigError, match="one DNS name"):
+        control_settings("10.0.0.1:50051,10.0.0.2:50051", "r", None, server_pki / "ca.pem")
+    assert (
+        control_settings("cp.internal:50051", "r", None, server_pki / "ca.pem").target == "cp.internal:50051"
+    )
