@@ -84,6 +84,21 @@ def test_connected_only_while_every_child_is() -> None:
     assert value(merged_samples(a, b), "fleetplane_control_plane_connected") == 1
 
 
+def test_replica_series_counts_the_children_on_each_replica() -> None:
+    """fleetplane_control_plane_replica: one series per replica a child is on, summed; none for
+    a child on no replica."""
+    a, b, c = child([]), child([]), child([])
+    a.state.set_control_plane_replica("10.0.0.1:50051")
+    b.state.set_control_plane_replica("10.0.0.1:50051")
+    merged = merged_samples(a, b, c)
+    replicas = {
+        labels: v for (name, labels), v in merged.items() if name == "fleetplane_control_plane_replica"
+    }
+    assert replicas == {(("address", "10.0.0.1:50051"),): 2}
+    c.state.set_control_plane_replica("10.0.0.2:50051")
+    assert value(merged_samples(a, b, c), "fleetplane_control_plane_replica", address="10.0.0.2:50051") == 1
+
+
 def test_carried_only_keeps_counters_and_histograms() -> None:
     """A snapshot (``carried_only``) holds what only goes up: no gauge survives a process."""
     own = MergedFamilies()
