@@ -45,13 +45,15 @@ HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 # Long-lived watch streams: let clients keep idle connections alive with pings (routers), and
 # never share the port with another process (gRPC sets SO_REUSEPORT by default). Routers ping
 # every 1.5 s to notice a hung replica and fail over (dataplane.router.control.channel): pings
-# that often are allowed (a faster client gets GOAWAY too_many_pings).
+# that often are allowed (a faster client gets GOAWAY too_many_pings). The option is gRPC core's
+# GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, spelt "min_ping_interval"; an unknown
+# name is ignored silently (the default: five minutes).
 SERVER_OPTIONS = (
     ("grpc.so_reuseport", 0),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", 1_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 1_000),
     ("grpc.http2.max_pings_without_data", 0),
 )
 
