@@ -24,7 +24,7 @@ from dataplane.errors import SettingsError
 from dataplane.router.balancer import Policy
 from dataplane.router.contract.dialects import DIALECTS
 from dataplane.router.contract.routes import RouteTable, build_route_table
-from dataplane.router.control.convert import grpc_target, parse_control_plane
+from dataplane.router.control.convert import check_replicas, parse_control_plane
 from dataplane.router.fleet.health import HealthPolicy
 from dataplane.router.fleet.workers import WorkerAddress, WorkerUrlError
 from dataplane.router.process.journal import default_journal_path
@@ -347,7 +347,9 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
     control_plane: tuple[str, ...] = ()
     if args.control_plane:
         control_plane = parse_control_plane(args.control_plane)
-        grpc_target(control_plane)  # a mix gRPC cannot resolve in one channel: a startup error
+        # A mix gRPC cannot resolve in one channel, or addresses with TLS: a startup error here,
+        # before --processes starts any child.
+        check_replicas(control_plane, tls=bool(args.tls_ca or args.tls_cert))
         if workers:
             raise SettingsError(
                 "--worker: not allowed with --control-plane (workers come from the control plane)"

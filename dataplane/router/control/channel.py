@@ -34,6 +34,7 @@ from dataplane.router.control.convert import (
     ControlClientSettings,
     ControlConfigError,
     ControlTarget,
+    check_replicas,
     grpc_target,
     parse_control_plane,
     replica_address,
@@ -160,15 +161,7 @@ def control_settings(
     tls_key: str | Path | None = None,
 ) -> ControlClientSettings:
     """Checked settings from the router's flags; ControlConfigError names the flag."""
-    entries = parse_control_plane([target])
-    grpc_target(entries)
-    if len(entries) > 1 and (tls_ca or tls_cert):
-        # One channel has one authority, the name TLS checks on every replica's certificate; an
-        # address list has none that fits (gRPC would check "A:P,B:P" and refuse every replica).
-        raise ControlConfigError(
-            f"--control-plane {target!r}: with TLS give one DNS name that resolves to every "
-            "replica and that their certificates carry, not several addresses"
-        )
+    check_replicas(parse_control_plane([target]), tls=bool(tls_ca or tls_cert))
     if token is not None and (not token or not token.isprintable() or " " in token):
         raise ControlConfigError("--token: must be a non-empty printable string without spaces")
     if bool(tls_cert) != bool(tls_key):

@@ -167,6 +167,19 @@ def grpc_target(entries: Sequence[str]) -> str:
     )
 
 
+def check_replicas(entries: Sequence[str], *, tls: bool) -> str:
+    """The gRPC target of ``entries`` (``grpc_target``), refusing several addresses with TLS:
+    one channel has one authority, the name TLS checks on every replica's certificate, and an
+    address list has none that fits (gRPC would check "A:P,B:P" and refuse every replica)."""
+    target = grpc_target(entries)
+    if tls and len(entries) > 1:
+        raise ControlConfigError(
+            f"--control-plane {','.join(entries)!r}: with TLS give one DNS name that resolves to every "
+            "replica and that their certificates carry, not several addresses"
+        )
+    return target
+
+
 def replica_address(subchannel_target: str) -> str:
     """A gRPC subchannel's address (``ipv4:127.0.0.1:50051``, ``ipv6:%5B::1%5D:50051``) as
     ``HOST:PORT`` (``127.0.0.1:50051``, ``[::1]:50051``), the form --control-plane takes."""

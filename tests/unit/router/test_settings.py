@@ -158,3 +158,12 @@ def test_a_bad_control_plane_list_is_one_line_naming_the_flag_and_the_entry(valu
     with pytest.raises(SettingsError, match="--control-plane") as caught:
         _settings("--control-plane", value)
     assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_several_control_plane_addresses_with_tls_are_refused_before_any_process_starts() -> None:
+    """--tls-ca with several addresses: one line naming --control-plane (one DNS name instead)."""
+    with pytest.raises(SettingsError, match=r"--control-plane .*with TLS give one DNS name"):
+        _settings("--control-plane", "10.0.0.1:1,10.0.0.2:1", "--tls-ca", "ca.pem")
+    assert _settings("--control-plane", "cp.internal:1", "--tls-ca", "ca.pem").control_plane == (
+        "cp.internal:1",
+    )
