@@ -148,7 +148,8 @@ def parse_control_plane(values: Sequence[str]) -> tuple[str, ...]:
 
 def grpc_target(entries: Sequence[str]) -> str:
     """One gRPC channel target for every replica, so gRPC's resolver and pick_first policy do
-    the failover (gRPC naming: ``ipv4:A:P,B:P``, ``ipv6:[A]:P,[B]:P``, ``dns:///NAME:P``).
+    the failover (gRPC naming: ``ipv4:A:P,B:P``, ``ipv6:[A]:P,[B]:P``; one entry as given, which
+    gRPC's default resolver takes as ``dns:///HOST:PORT``: every address the name resolves to).
 
     A target names one address family or one DNS name: gRPC has no target mixing them (and
     Python cannot plug in a resolver of its own), so a mix is a startup error pointing at the
