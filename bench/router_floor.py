@@ -1,0 +1,413 @@
+"""fleetplane with every feature on against the floor of a Python router, in one run.
+
+    python bench/router_floor.py [--duration-s 2] [--rounds 3] [--connections 32] [--only NAME,...]
+
+Needs wrk (``apt-get install -y wrk``) and, for the h2c front door, h2load (``apt-get install -y
+nghttp2-client``); the peers rows need ``.bench-venv`` (see bench/router_peers.py). Runs inside a
+loopback-only network namespace (``unshare -n``, re-executing itself; ``--no-netns`` to skip)
+with ``HF_HUB_OFFLINE=1``, so the peers cannot reach any hub.
+
+Targets, all up at once, measured in alternating rounds (medians; this 2-core machine is shared):
+
+- ``floor``: ``bench/floor_proxy.py`` (a featureless uvloop + httptools hop) to one HTTP/1.1
+  engine-sim; every ratio divides by its CPU per request, plain by plain, streaming by streaming;
+- ``fp h1→h1``: ``python -m dataplane`` subscribed to a real control plane (SQLite store) that
+  holds two HTTP/1.1 engine-sims (load publishers on: ``least_load`` scores their engine load on
+  every request) and a fleet contract that checks and injects (``temperature`` band with a
+  default, ``top_p`` injected: every request is judged and spliced), ``--router-id`` (its counts
+  journal), metrics (always on);
+- ``fp h1→h2c``: the same with two ``engine-sim --http2`` workers (its own control plane);
+- ``fp h2c→h1``: ``fp h1→h1`` driven by h2load over h2c prior knowledge (one stream at a time
+  per connection, as wrk does);
+- ``fp h1→h1 -p2``: ``fp h1→h1`` with ``--processes 2`` (throughput at N = 2 on 2 cores);
+- ``vllm-router`` / ``sglang-router`` (PyPI, ``.bench-venv``) in front of the two HTTP/1.1
+  engines, when installed.
+
+Load: 1 KiB chat body, ``max_tokens`` 16 (streaming: 16 SSE events + ``[DONE]``), instant
+decode, ``--connections`` keep-alive connections for ``--duration-s`` per cell (wrk ``-d``;
+h2load ``-D``). Printed: req/s, router CPU µs per request (``/proc`` schedstat of the router's
+process tree, all threads, over the cell / answers), and that over the floor's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.loadgen import chat_body, cpu_seconds  # noqa: E402
+
+PY = str(ROOT / ".venv" / "bin" / "python")
+PEERS = ROOT / ".bench-venv" / "bin"
+NETNS_MARK = "FLEETPLANE_BENCH_NETNS"
+MODEL = "sim-model"
+# A band with a default (checked; injected when absent) and a value injected outright.
+CONTRACT = '{"temperature": {"min": 0.0, "max": 1.5, "default": 0.7}, "top_p": 0.95}'
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    port: int
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+def _spawn(name: str, argv: list[str], port: int, logs: Path, env: dict[str, str] | None = None) -> Proc:
+    log = open(logs / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
+    return Proc(
+        name,
+        subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env),
+        port,
+    )
+
+
+def _wait_http(p: Proc, path: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if p.popen.poll() is not None:
+            raise RuntimeError(f"{p.name} exited with {p.popen.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{p.port}{path}", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{p.name} not ready on {path} after {timeout_s}s")
+
+
+def _wait_port(p: Proc, timeout_s: float = 30.0) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if p.popen.poll() is not None:
+            raise RuntimeError(f"{p.name} exited with {p.popen.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", p.port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{p.name} not listening after {timeout_s}s")
+
+
+def _engine(name: str, logs: Path, model_dir: Path, *extra: str) -> Proc:
+    port = _free_port()
+    argv = [PY, "-m", "dataplane.engine.sim", "--listen", f"127.0.0.1:{port}", "--model", MODEL]
+    argv += [
+        "--model-path",
+        str(model_dir),
+        "--decode-tokens-per-s",
+        "0",
+        "--load-publish-endpoint",
+        f"tcp://*:{_free_port()}",
+    ]
+    return _spawn(name, [*argv, *extra], port, logs)
+
+
+def _control_plane(name: str, engines: list[Proc], h2c: bool, logs: Path) -> str:
+    """A control plane holding ``engines`` and the fleet contract; its gRPC address."""
+    grpc_port, http_port = _free_port(), _free_port()
+    argv = [PY, "-m", "controlplane", "--listen", f"127.0.0.1:{grpc_port}"]
+    argv += ["--http-listen", f"127.0.0.1:{http_port}", "--store", f"sqlite:{logs / (name + '.db')}"]
+    plane = _spawn(name, argv, http_port, logs)
+    _wait_http(plane, "/healthz")
+    address = f"127.0.0.1:{grpc_port}"
+    fleetplane = str(ROOT / ".venv" / "bin" / "fleetplane")
+    for e in engines:
+        url = f"{'h2c' if h2c else 'http'}://127.0.0.1:{e.port}"
+        subprocess.run(
+            [fleetplane, "workers", "add", url, "--control-plane", address], check=True, capture_output=True
+        )
+    subprocess.run(
+        [fleetplane, "contract", "set", "--scope", "*", CONTRACT, "--control-plane", address],
+        check=True,
+        capture_output=True,
+    )
+    return address
+
+
+@dataclass
+class Cell:
+    rps: list[float] = field(default_factory=list)
+    cpu_us: list[float] = field(default_factory=list)
+    errors: int = 0
+
+
+def _wrk(port: int, body: bytes, connections: int, duration_s: float) -> tuple[int, float, int]:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(
+            'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+            f"wrk.body = {json.dumps(body.decode())}\n"
+        )
+    try:
+        out = subprocess.run(
+            [
+                "wrk",
+                "-t1",
+                f"-c{connections}",
+                f"-d{max(1, round(duration_s))}s",
+                "-s",
+                script.name,
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=duration_s + 30,
+        ).stdout
+    finally:
+        os.unlink(script.name)
+    requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    errors_m = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    errors = int(errors_m.group(1)) if errors_m else 0
+    if socket_errors:
+        errors += sum(int(x) for x in socket_errors.groups())
+    return requests - (int(errors_m.group(1)) if errors_m else 0), rps, errors
+
+
+def _h2load(port: int, body: bytes, connections: int, duration_s: float) -> tuple[int, float, int]:
+    with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as data:
+        data.write(body)
+    try:
+        out = subprocess.run(
+            [
+                "h2load",
+                "-c",
+                str(connections),
+                "-m",
+                "1",
+                "-D",
+                str(max(1, round(duration_s))),
+                "-d",
+                data.name,
+                "-H",
+                "content-type: application/json",
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=duration_s + 30,
+        ).stdout
+    finally:
+        os.unlink(data.name)
+    m = re.search(
+        r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored", out
+    )
+    assert m, out
+    status = re.search(r"status codes: (\d+) 2xx", out)
+    ok = int(status.group(1)) if status else int(m.group(4))
+    rps = float(re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out).group(1))  # type: ignore[union-attr]
+    # failed: not a 2xx answer; errored: the stream or connection broke
+    return ok, rps, int(m.group(5)) + int(m.group(6))
+
+
+def run(args: argparse.Namespace) -> int:
+    if shutil.which("wrk") is None:
+        print("wrk not found: apt-get install -y wrk", file=sys.stderr)
+        return 2
+    logs = Path(tempfile.mkdtemp(prefix="router-floor-"))
+    model_dir = logs / "model"
+    model_dir.mkdir()
+    only = set(args.only.split(",")) if args.only else None
+    procs: list[Proc] = []
+    peer_env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    skipped: dict[str, str] = {}
+    # name -> (router proc, port, client: "wrk" | "h2load")
+    targets: dict[str, tuple[Proc, str]] = {}
+    try:
+        h1 = [_engine(f"sim-h1-{i}", logs, model_dir) for i in range(2)]
+        h2 = [_engine(f"sim-h2-{i}", logs, model_dir, "--http2") for i in range(2)]
+        procs += h1 + h2
+        for e in h1:
+            _wait_http(e, "/health")
+        for e in h2:
+            _wait_port(e)
+        cp_h1 = _control_plane("control-h1", h1, False, logs)
+        cp_h2 = _control_plane("control-h2c", h2, True, logs)
+
+        def want(name: str) -> bool:
+            return only is None or name in only
+
+        def fleetplane(name: str, control: str, *extra: str) -> Proc:
+            port = _free_port()
+            argv = [PY, "-m", "dataplane", "--listen", f"127.0.0.1:{port}", "--control-plane", control]
+            argv += ["--router-id", name.replace(" ", "-").replace("→", "-"), "--policy", "least_load"]
+            argv += ["--max-concurrency", "1024", *extra]
+            return _spawn(name, argv, port, logs)
+
+        port = _free_port()
+        floor = _spawn(
+            "floor",
+            [
+                PY,
+                str(ROOT / "bench" / "floor_proxy.py"),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--worker",
+                f"http://127.0.0.1:{h1[0].port}",
+            ],
+            port,
+            logs,
+        )
+        procs.append(floor)
+        targets["floor"] = (floor, "wrk")
+        fp_h1 = fleetplane("fp h1→h1", cp_h1)
+        procs.append(fp_h1)
+        targets["fp h1→h1"] = (fp_h1, "wrk")
+        if want("fp h1→h2c"):
+            fp_h2 = fleetplane("fp h1→h2c", cp_h2)
+            procs.append(fp_h2)
+            targets["fp h1→h2c"] = (fp_h2, "wrk")
+        if want("fp h2c→h1"):
+            if shutil.which("h2load") is None:
+                skipped["fp h2c→h1"] = "h2load not found: apt-get install -y nghttp2-client"
+            else:
+                targets["fp h2c→h1"] = (fp_h1, "h2load")
+        if want("fp h1→h1 -p2"):
+            fp_p2 = fleetplane("fp h1→h1 -p2", cp_h1, "--processes", "2")
+            procs.append(fp_p2)
+            targets["fp h1→h1 -p2"] = (fp_p2, "wrk")
+        h1_urls = [f"http://127.0.0.1:{e.port}" for e in h1]
+        for peer in ("vllm-router", "sglang-router"):
+            if not want(peer):
+                continue
+            if not (PEERS / peer).exists():
+                skipped[peer] = f"{PEERS.relative_to(ROOT) / peer} missing (see bench/router_peers.py)"
+                continue
+            port = _free_port()
+            if peer == "vllm-router":
+                argv = [
+                    str(PEERS / peer),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--policy",
+                    "round_robin",
+                ]
+                argv += [
+                    "--worker-urls",
+                    *h1_urls,
+                    "--log-level",
+                    "warning",
+                    "--prometheus-port",
+                    str(_free_port()),
+                ]
+            else:
+                argv = [str(PEERS / peer), "launch", "--host", "127.0.0.1", "--port", str(port)]
+                argv += ["--policy", "round_robin", "--log-level", "warn", "--worker-urls", *h1_urls]
+                argv += ["--prometheus-port", str(_free_port())]
+            p = _spawn(peer, argv, port, logs, peer_env)
+            procs.append(p)
+            targets[peer] = (p, "wrk")
+        for name, (p, _) in list(targets.items()):
+            try:
+                if p.name == "floor":
+                    _wait_port(p)
+                else:
+                    _wait_http(p, "/v1/models" if p.name.startswith("fp") else "/health")
+            except RuntimeError as exc:
+                skipped[name] = f"{exc} (log in {logs})"
+                del targets[name]
+        time.sleep(1.5)  # the routers' first load views from the control planes
+
+        cells: dict[tuple[str, bool], Cell] = {}
+        modes = {"both": (False, True), "plain": (False,), "stream": (True,)}[args.modes]
+        for stream in modes:
+            body = chat_body(MODEL, stream=stream, size=1024, max_tokens=16)
+            for p, client in targets.values():  # warm-up: connections, pools, caches
+                (_h2load if client == "h2load" else _wrk)(p.port, body, args.connections, 1)
+            for _ in range(args.rounds):
+                for name, (p, client) in targets.items():
+                    cell = cells.setdefault((name, stream), Cell())
+                    cpu0 = cpu_seconds(p.popen.pid)
+                    ok, rps, errors = (_h2load if client == "h2load" else _wrk)(
+                        p.port, body, args.connections, args.duration_s
+                    )
+                    cpu = cpu_seconds(p.popen.pid) - cpu0
+                    cell.rps.append(rps)
+                    cell.cpu_us.append(cpu / max(ok, 1) * 1e6)
+                    cell.errors += errors
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+    print(
+        f"router floor — 1 KiB chat body, max_tokens 16, {args.connections} connections, median of "
+        f"{args.rounds} alternating {args.duration_s:g} s cells; load average {os.getloadavg()[0]:.1f}"
+    )
+    print("| target | mode | req/s | router CPU µs/req | vs floor | errors |")
+    print("|---|---|---:|---:|---:|---:|")
+    for stream in modes:
+        floor_cpu = median(cells[("floor", stream)].cpu_us) if ("floor", stream) in cells else float("nan")
+        for name in targets:
+            cell = cells[(name, stream)]
+            cpu = median(cell.cpu_us)
+            print(
+                f"| {name} | {'stream' if stream else 'plain'} | {median(cell.rps):.0f} | {cpu:.1f} | "
+                f"{cpu / floor_cpu:.2f}x | {cell.errors} |"
+            )
+    for name, why in skipped.items():
+        print(f"| {name} | — | not run: {why} | | | |")
+    if args.keep_logs:
+        print(f"logs: {logs}")
+    else:
+        shutil.rmtree(logs, ignore_errors=True)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--duration-s", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--modes", choices=("both", "plain", "stream"), default="both")
+    parser.add_argument("--only", default="", help="comma-separated targets besides floor and fp h1→h1")
+    parser.add_argument("--keep-logs", action="store_true")
+    parser.add_argument("--no-netns", action="store_true", help="run in the current network namespace")
+    args = parser.parse_args()
+    if os.environ.get(NETNS_MARK) != "1" and not args.no_netns:
+        # Loopback-only namespace: the peers cannot reach any hub (see the module docstring).
+        env = dict(os.environ, **{NETNS_MARK: "1"})
+        script = 'ip link set lo up && exec "$0" "$@"'
+        return subprocess.call(["unshare", "-n", "sh", "-c", script, sys.executable, *sys.argv], env=env)
+    return run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
