@@ -15,6 +15,9 @@ counted: bench/router_overhead.py measures that):
   the baseline of one HTTP hop on the same stack;
 - ``--dialects``: the router again, with the same text sent to ``/v1/responses`` and to
   ``/generate`` (fields under ``sampling_params``);
+- ``--h2c``: the chat request again, forwarded to an h2c worker (``upstream.h2c``) whose
+  transport answers each HEADERS frame with the same answer as HEADERS + DATA frames (the row
+  ``router-h2c``);
 - ``--workers N``: the chat request again on a router with N workers whose engine load views are
   FRESH (a control plane's, applied once), so the balancer scores N candidates per request
   (``least_load``; the row ``router-Nw``).
@@ -124,6 +127,46 @@ class MemoryTransport:
         return False
 
 
+def _frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream_id.to_bytes(4, "big") + payload
+
+
+def _hpack_literal(name: bytes, value: bytes) -> bytes:
+    """A literal field without indexing, new name, no Huffman (RFC 7541 §6.2.2); short strings."""
+    assert len(name) < 127 and len(value) < 127
+    return b"\x00" + bytes((len(name),)) + name + bytes((len(value),)) + value
+
+
+# The worker's side of an h2c connection: its SETTINGS, the ACK of ours, the connection window
+# opened wide once (RFC 9113 §6.9.1), then per stream the answer of UPSTREAM_ANSWER as frames.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_H2_SERVER_START = (
+    _frame(4, 0, 0, b"") + _frame(4, 1, 0, b"") + _frame(8, 0, 0, (2**31 - 1 - 65535).to_bytes(4, "big"))
+)
+_H2_ANSWER_BLOCK = (
+    b"\x88"  # :status 200, static table index 8
+    + _hpack_literal(b"content-type", b"application/json")
+    + _hpack_literal(b"x-sim-sampling-params", b'{"temperature":0.7,"top_p":0.95}')
+    + _hpack_literal(b"content-length", str(len(_ANSWER_BODY)).encode())
+)
+
+
+def _h2_answers(data: bytes) -> bytes:
+    """The worker's frames for every request HEADERS frame in what the router wrote."""
+    if data.startswith(_H2_PREFACE):
+        data = data[len(_H2_PREFACE) :]
+    out = []
+    at = 0
+    while at + 9 <= len(data):
+        length = int.from_bytes(data[at : at + 3], "big")
+        kind, stream_id = data[at + 3], int.from_bytes(data[at + 5 : at + 9], "big") & 0x7FFFFFFF
+        if kind == 1:  # HEADERS
+            out.append(_frame(1, 0x4, stream_id, _H2_ANSWER_BLOCK))  # END_HEADERS
+            out.append(_frame(0, 0x1, stream_id, _ANSWER_BODY))  # END_STREAM
+        at += 9 + length
+    return b"".join(out)
+
+
 def _fresh_views(urls: list[str]) -> dict[str, Any]:
     """FRESH engine views of SGLang 0.5.23's full LoadStat, a different load on each worker."""
     from dataplane.router.control.convert import EngineLoad
@@ -158,8 +201,42 @@ async def _drive(mode: str, n: int) -> None:
 
     loop = asyncio.get_running_loop()
     request = ROUTE_REQUESTS.get(mode, REQUEST)
-    workers = int(mode.split("-")[1].removesuffix("w")) if mode.startswith("router-") else 0
-    if mode in ROUTE_REQUESTS or workers:
+    workers = (
+        int(mode.split("-")[1].removesuffix("w"))
+        if mode.startswith("router-") and mode != "router-h2c"
+        else 0
+    )
+    if mode == "router-h2c":
+        from dataplane.router.upstream.h2c import pool as upstream_h2c
+        from dataplane.router.upstream.h2c.connection import H2Connection
+
+        url = "h2c://127.0.0.1:9"
+        args = ["--listen", "127.0.0.1:0", "--worker", url, "--override-sampling-params", CONTRACT]
+        router = Router(settings_from_args(build_parser().parse_args(args)))
+        router.state.apply_workers([WorkerSpec(url, "h2c", (MODEL,))])
+
+        async def open_h2(pool: upstream_h2c.H2Pool, _: float) -> H2Connection:
+            conn = H2Connection(
+                pool._authority,
+                stream_window_bytes=pool._stream_window,
+                max_streams=pool._max_streams,
+                on_capacity=pool._on_capacity,
+                timeouts=pool._timeouts,
+            )
+
+            def worker(data: bytes) -> None:
+                answer = _h2_answers(data)
+                if answer:  # the worker answers in a later loop turn, as a socket read would
+                    loop.call_soon(conn.data_received, answer)
+
+            conn.connection_made(MemoryTransport(worker))  # type: ignore[arg-type]
+            conn.data_received(_H2_SERVER_START)
+            pool._conns.append(conn)
+            return conn
+
+        upstream_h2c.H2Pool._open = open_h2  # type: ignore[method-assign,assignment]
+        handler: Any = router.proxy.handle
+    elif mode in ROUTE_REQUESTS or workers:
         urls = [f"http://127.0.0.1:{9 + i}" for i in range(max(1, workers))]
         args = ["--listen", "127.0.0.1:0", "--worker", urls[0], "--override-sampling-params", CONTRACT]
         router = Router(settings_from_args(build_parser().parse_args(args)))
@@ -176,7 +253,7 @@ async def _drive(mode: str, n: int) -> None:
             return conn
 
         upstream_h1.H1Pool._connect = connect  # type: ignore[method-assign,assignment]
-        handler: Any = router.proxy.handle
+        handler = router.proxy.handle
     else:
         head_end = UPSTREAM_ANSWER.index(b"\r\n\r\n")
         headers = [tuple(line.split(b": ", 1)) for line in UPSTREAM_ANSWER[:head_end].split(b"\r\n")[1:-1]]
@@ -239,6 +316,7 @@ def main() -> int:
         "--dialects", action="store_true", help="also /v1/responses and /generate (SPEC §5.1), same contract"
     )
     parser.add_argument("--workers", type=int, default=0, help="also N workers with FRESH engine views")
+    parser.add_argument("--h2c", action="store_true", help="also the chat request to an h2c worker")
     args = parser.parse_args()
     if args.inner:
         import gc
@@ -255,6 +333,8 @@ def main() -> int:
     n, small = args.requests, args.requests // 4
     per_request = {}
     modes = ["bare", "router", *(("responses", "generate") if args.dialects else ())]
+    if args.h2c:
+        modes.append("router-h2c")
     if args.workers:
         modes.append(f"router-{args.workers}w")
     for mode in modes:
