@@ -30,6 +30,7 @@ from typing import cast
 from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamUnreachable
 from dataplane.router.body import RequestBody
 from dataplane.router.upstream.base import UpstreamTimeouts
+from dataplane.router.upstream.deadlines import Deadlines
 from dataplane.router.upstream.h2c.codec import ClientCodec
 from dataplane.router.upstream.h2c.frames import CANCEL, NO_ERROR, REFUSED_STREAM, H2ProtocolError
 from dataplane.router.upstream.h2c.stream import H2Stream, parse_head
@@ -65,6 +66,7 @@ class H2Connection(asyncio.Protocol):
         self._peer_seen = False  # any byte from the peer: before that, nothing was processed
         self.closed = False  # failed or lost: never reused (the pool drops it)
         self.draining = False  # GOAWAY received or sent: no new streams
+        self.deadlines = Deadlines()  # of the streams in flight (``h2c.stream``), one timer
 
     # -- capacity, as the pool sees it ---------------------------------------------------------
 
@@ -300,6 +302,7 @@ class H2Connection(asyncio.Protocol):
         self._send_blocked.clear()
         for stream in streams.values():
             stream.fail(error)
+        self.deadlines.cancel()  # nothing left to watch: drop the timer now
         if self._transport is not None:
             self._transport.close()
         self._released()

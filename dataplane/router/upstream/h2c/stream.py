@@ -6,9 +6,11 @@ went away. The connection (``upstream_h2.H2Connection``) calls the ``*_received`
 ``fail`` methods from its protocol callbacks; nothing here does I/O itself, the connection is only
 asked to return flow-control credit (``consumed``) and to reset the stream (``cancel``).
 
-Deadlines (``UpstreamTimeouts``), on one timer per stream: the response head within
-``first_byte_s`` of sending, then no silence from the worker longer than ``idle_s`` (bytes still
-buffered for the router's slow client do not count), never past the exchange's own deadline.
+Deadlines (``UpstreamTimeouts``): the response head within ``first_byte_s`` of sending, then no
+silence from the worker longer than ``idle_s`` (bytes still buffered for the router's slow client
+do not count), never past the exchange's own deadline. They are enforced by the connection's
+``Deadlines`` (one timer for all its streams, as the HTTP/1.1 upstream does): a timer armed and
+cancelled per stream, twice (head, then idle), cost more than the rest of the stream's bookkeeping.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeou
 from dataplane.router.body import RequestBody
 from dataplane.router.headers import DROPPED
 from dataplane.router.upstream.base import UpstreamTimeouts
+from dataplane.router.upstream.deadlines import Deadlines
 
 _DEFAULT_TIMEOUTS = UpstreamTimeouts()
 
@@ -40,6 +43,8 @@ def parse_head(headers: list[tuple[bytes, bytes]]) -> tuple[int, list[tuple[byte
 
 
 class _Owner(Protocol):
+    deadlines: Deadlines
+
     def consumed(self, stream_id: int, nbytes: int) -> None: ...
     def cancel(self, stream: H2Stream, code: int = ...) -> None: ...
 
@@ -56,9 +61,10 @@ class H2Stream:
         "_heard",
         "_idle_s",
         "_loop",
-        "_timer",
+        "_timed",
         "_unacked",
         "_waiter",
+        "deadline",
         "headers",
         "pending",
         "pending_off",
@@ -94,8 +100,11 @@ class H2Stream:
         timeouts = timeouts or _DEFAULT_TIMEOUTS
         self._idle_s = timeouts.idle_s
         self._final = deadline
-        self._heard = loop.time()
-        self._timer = loop.call_at(min(deadline, self._heard + timeouts.first_byte_s), self._on_timeout)
+        self._heard = now = loop.time()
+        first = now + timeouts.first_byte_s
+        self.deadline = first if first < deadline else deadline  # ``deadlines.Timed``
+        self._timed = True  # watched by the connection's ``Deadlines``
+        conn.deadlines.watch(self, loop)
 
     # -- UpstreamResponse -----------------------------------------------------------------------
 
@@ -144,7 +153,7 @@ class H2Stream:
             self._drop_buffer()
             return
         self._error = UpstreamBodyIncomplete("request cancelled")
-        self._timer.cancel()
+        self._unwatch()
         self._conn.cancel(self)
         self._drop_buffer()
         self._wake()
@@ -161,8 +170,11 @@ class H2Stream:
         if not self._eof and self._error is None:
             # The idle deadline from now on (the first-byte one is met).
             self._heard = now = self._loop.time()
-            self._timer.cancel()
-            self._timer = self._loop.call_at(min(self._final, now + self._idle_s), self._on_timeout)
+            due = now + self._idle_s
+            self.deadline = due if due < self._final else self._final
+            if self._timed:
+                # Still in the watched set: only an earlier deadline than the timer's re-arms it.
+                self._conn.deadlines.watch(self, self._loop)
         self._wake()
 
     def data_received(self, data: bytes, flow_controlled: int) -> None:
@@ -176,7 +188,7 @@ class H2Stream:
 
     def ended(self) -> None:
         self._eof = True
-        self._timer.cancel()
+        self._unwatch()
         if not self.started:
             self._error = UpstreamBodyIncomplete()
         self._wake()
@@ -185,7 +197,7 @@ class H2Stream:
         if self._eof or self._error is not None:
             return
         self._error = error
-        self._timer.cancel()
+        self._unwatch()
         self._wake()
 
     # -- internals ------------------------------------------------------------------------------
@@ -194,7 +206,11 @@ class H2Stream:
         """Nothing from the worker since ``since``, and nothing held back for our client."""
         return self._heard < since and not self._buf and not self._eof and self._error is None
 
-    def _on_timeout(self) -> None:
+    def on_timeout(self) -> None:
+        """``deadline`` passed (called by the connection's ``Deadlines``, which no longer watches
+        the stream): fail it, unless only the idle deadline was due and the worker was heard
+        from since, or bytes are still held for the router's client (then watch again)."""
+        self._timed = False
         if self._eof or self._error is not None:
             return
         if self.started:
@@ -202,7 +218,9 @@ class H2Stream:
             # Bytes the relay has not taken yet: the wait is the router's client's, not the worker's.
             due = min((now if self._buf else self._heard) + self._idle_s, self._final)
             if due > now + 0.001:
-                self._timer = self._loop.call_at(due, self._on_timeout)
+                self.deadline = due
+                self._timed = True
+                self._conn.deadlines.watch(self, self._loop)
                 return
         self.time_out()
 
@@ -211,11 +229,16 @@ class H2Stream:
         stopped answering its health checks)."""
         if self._eof or self._error is not None:
             return
-        self._timer.cancel()
+        self._unwatch()
         self._error = UpstreamTimeout()
         self._conn.cancel(self)
         self._drop_buffer()
         self._wake()
+
+    def _unwatch(self) -> None:
+        if self._timed:
+            self._timed = False
+            self._conn.deadlines.unwatch(self)
 
     def _drop_buffer(self) -> None:
         self._buf.clear()
