@@ -136,7 +136,9 @@ class H1Response:
                 if self._error is not None:
                     raise self._error
                 return
-            self._waiter = asyncio.get_running_loop().create_future()
+            # The connection's loop, not get_running_loop(): that is a getpid() syscall per
+            # call on 3.11, and a streamed answer waits here once per chunk.
+            self._waiter = self._conn._loop.create_future()
             try:
                 await self._waiter
             finally:

@@ -53,6 +53,7 @@ class H2Pool:
         self._connecting: asyncio.Future[None] | None = None
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # bound on the first request
 
     @property
     def connections(self) -> int:
@@ -68,7 +69,8 @@ class H2Pool:
         *,
         timeout_s: float,
     ) -> H2Stream:
-        loop = asyncio.get_running_loop()
+        # Bound once: get_running_loop() is a getpid() syscall per call on 3.11.
+        loop = self._loop or self._bind_loop()
         deadline = loop.time() + timeout_s
         conn = self._pick() or await self._acquire(deadline)
         stream = conn.start(method, path, headers, body, deadline)
@@ -84,6 +86,10 @@ class H2Pool:
             stream = conn.start(method, path, headers, body, deadline)
             await stream.response_started()
         return stream
+
+    def _bind_loop(self) -> asyncio.AbstractEventLoop:
+        self._loop = asyncio.get_running_loop()
+        return self._loop
 
     def _pick(self) -> H2Connection | None:
         for conn in self._conns:

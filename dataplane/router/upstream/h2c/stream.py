@@ -250,7 +250,9 @@ class H2Stream:
             self._conn.consumed(self.stream_id, unacked)
 
     async def _wait(self) -> None:
-        waiter = asyncio.get_running_loop().create_future()
+        # The stream's loop, not get_running_loop() (a getpid() syscall per call on 3.11): a
+        # streamed answer waits here once per chunk.
+        waiter = self._loop.create_future()
         self._waiter = waiter
         try:
             await waiter
