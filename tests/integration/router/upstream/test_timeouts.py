@@ -111,3 +111,25 @@ async def test_fail_stalled_times_out_only_the_silent_exchanges(protocol: str) -
         with pytest.raises(UpstreamTimeout):
             await waiting
         assert (await _drain(dripping)).count(b"data: ") == 10
+
+
+async def test_a_later_exchange_with_an_earlier_deadline_times_out_on_time(protocol: str) -> None:
+    """One exchange waits for a head due in 3 s; a later one goes silent after its head with
+    0.3 s of idle allowed: the later one times out after ~0.3 s, the earlier one after ~3 s
+    (one timer per pool or connection, re-armed for the earlier deadline)."""
+    loop = asyncio.get_running_loop()
+    async with serving_pool(protocol, UpstreamTimeouts(first_byte_s=3.0, idle_s=0.3)) as upstream:
+        started = loop.time()
+        waiting = asyncio.ensure_future(upstream.request(b"GET", b"/stall", [], b"", timeout_s=30))
+        await asyncio.sleep(0.1)  # its deadline is watched first
+        response = await upstream.request(b"GET", b"/head-then-stall", [], b"", timeout_s=30)
+        chunks = response.chunks()
+        assert await anext(chunks) == b"data: 1\n\n"
+        quiet_from = loop.time()
+        with pytest.raises(UpstreamTimeout):
+            await anext(chunks)
+        assert 0.25 <= loop.time() - quiet_from < 1.5
+        assert not waiting.done()
+        with pytest.raises(UpstreamTimeout):
+            await waiting
+        assert 2.9 <= loop.time() - started < 6.0
