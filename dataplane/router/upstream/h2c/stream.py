@@ -113,7 +113,12 @@ class H2Stream:
         while not self.started:
             if self._error is not None:
                 raise self._error
-            await self._wait()
+            # ``_wait``, inlined: one coroutine frame less per request.
+            waiter = self._waiter = self._loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
 
     def buffered_body(self) -> bytes | None:
         """The whole body if it has fully arrived (the one-write fast path), else ``None``."""
