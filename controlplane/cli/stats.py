@@ -1,7 +1,8 @@
 """``fleetplane stats`` (SPEC §1, §6 GetRejectionStats): sampling-contract rejection totals.
 
 Totals over every router and every router restart, by field, by scope and by router, then the
-(scope, field) detail.
+(scope, field) detail; with routers that check API keys (``--api-keys``), by client and the
+(client, scope, field) detail too.
 """
 
 from __future__ import annotations
@@ -32,6 +33,14 @@ def render(response: router_pb2.GetRejectionStatsResponse) -> str:
         _section("router", response.by_router),
         table(("scope", "field", "rejections"), [(d.scope, d.param, d.count) for d in response.detail]),
     ]
+    if response.by_client:
+        parts.append(_section("client", response.by_client))
+        parts.append(
+            table(
+                ("client", "scope", "field", "rejections"),
+                [(d.client, d.scope, d.param, d.count) for d in response.client_detail],
+            )
+        )
     return "\n\n".join(parts)
 
 

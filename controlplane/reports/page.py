@@ -91,6 +91,7 @@ def rejections_data(totals: RejectionTotals, history: RejectionHistory, now_unix
         "by_field": dict(totals.by_field),
         "by_scope": dict(totals.by_scope),
         "by_router": dict(totals.by_router),
+        "by_client": dict(totals.by_client),
         "detail": [{"scope": s, "param": p, "count": c} for s, p, c in totals.detail],
         "last_minute": history.last_minute(now_unix_s),
         "per_minute": [
@@ -183,4 +184,8 @@ def render_rejections(data: Mapping[str, Any]) -> str:
         )
     rows.append("</table>")
     by_router = ", ".join(f"{html.escape(k)}: {c}" for k, c in data["by_router"].items())
-    return head + chart_block + "".join(rows) + f"<p>by router: {by_router}</p>"
+    page = head + chart_block + "".join(rows) + f"<p>by router: {by_router}</p>"
+    if data.get("by_client"):
+        by_client = ", ".join(f"{html.escape(k)}: {c}" for k, c in data["by_client"].items())
+        page += f"<p>by client: {by_client}</p>"
+    return page

@@ -75,8 +75,8 @@ def _check_namespace(router_id: str) -> None:
         )
 
 
-def parse_report(request: router_pb2.ReportRouterStatusRequest) -> dict[tuple[str, str], int]:
-    """Validate one report; returns its counts by (scope, param)."""
+def parse_report(request: router_pb2.ReportRouterStatusRequest) -> dict[tuple[str, str, str], int]:
+    """Validate one report; returns its counts by (scope, param, client)."""
     _check_id("router_id", request.router_id)
     _check_id("boot_id", request.boot_id)
     if request.applied_revision < 0:
@@ -92,7 +92,7 @@ def parse_report(request: router_pb2.ReportRouterStatusRequest) -> dict[tuple[st
     for url in request.ejected_workers:
         if not url or len(url) > MAX_URL_CHARS or not url.isprintable():
             raise ReportInvalid(f"ejected_workers: {url[:80]!r} is not a worker URL")
-    counts: dict[tuple[str, str], int] = {}
+    counts: dict[tuple[str, str, str], int] = {}
     for entry in request.rejections:
         _check_id("rejections.scope", entry.scope)
         if entry.param not in FIELD_BY_NAME:
@@ -101,7 +101,9 @@ def parse_report(request: router_pb2.ReportRouterStatusRequest) -> dict[tuple[st
             )
         if entry.count < 0:
             raise ReportInvalid(f"rejections.count: must be >= 0, got {entry.count} for {entry.param}")
-        key = (entry.scope, entry.param)
+        if entry.client:  # names from the router's --api-keys file (clients.MAX_NAME_CHARS)
+            _check_id("rejections.client", entry.client)
+        key = (entry.scope, entry.param, entry.client)
         counts[key] = max(counts.get(key, 0), entry.count)
     return counts
 
@@ -305,6 +307,11 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
             by_scope=[router_pb2.KeyCount(key=k, count=c) for k, c in totals.by_scope],
             by_router=[router_pb2.KeyCount(key=k, count=c) for k, c in totals.by_router],
             detail=[router_pb2.RejectionCount(scope=s, param=p, count=c) for s, p, c in totals.detail],
+            by_client=[router_pb2.KeyCount(key=k, count=c) for k, c in totals.by_client],
+            client_detail=[
+                router_pb2.RejectionCount(scope=s, param=p, count=c, client=k)
+                for k, s, p, c in totals.client_detail
+            ],
         )
 
 

@@ -4,6 +4,7 @@ Keys under ``/PREFIX/routers/`` (each part percent-encoded)::
 
     status/ROUTER                       the router's newest report, JSON
     rejections/ROUTER/BOOT/SCOPE/PARAM  the last cumulative count of that boot, decimal
+    rejections/ROUTER/BOOT/SCOPE/PARAM/CLIENT  the same for one client (routers with --api-keys)
 
 A router may report to any control plane on the prefix (it reconnects to another after a
 failover), so two control planes can write the same count key. Counts only grow within a boot,
@@ -50,7 +51,9 @@ class EtcdRouterStatsStore:
         self._counts = client.key("routers", "rejections", "")
 
     def _count_key(self, row: RejectionRow) -> bytes:
-        parts = (row.router_id, row.boot_id, row.scope, row.param)
+        parts: tuple[str, ...] = (row.router_id, row.boot_id, row.scope, row.param)
+        if row.client:
+            parts += (row.client,)
         return self._counts + "/".join(_part(p) for p in parts).encode()
 
     async def load(self) -> tuple[list[RouterRecord], list[RejectionRow]]:
@@ -126,8 +129,10 @@ class EtcdRouterStatsStore:
 
     def _decode_row(self, kv: Message) -> RejectionRow:
         key: bytes = kv.key
-        router, boot, scope, param = (unquote(p) for p in key[len(self._counts) :].decode().split("/"))
-        return RejectionRow(router, boot, scope, param, int(kv.value))
+        parts = [unquote(p) for p in key[len(self._counts) :].decode().split("/")]
+        router, boot, scope, param = parts[:4]
+        client = parts[4] if len(parts) > 4 else ""
+        return RejectionRow(router, boot, scope, param, int(kv.value), client)
 
 
 def _encode_record(r: RouterRecord) -> bytes:

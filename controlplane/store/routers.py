@@ -39,11 +39,25 @@ _SCHEMA = (
         count INTEGER NOT NULL,
         PRIMARY KEY (router_id, boot_id, scope, param)
     )""",
+    # The counts of routers with --api-keys, by client: a table of their own, so the table
+    # above keeps its key (a store written before them opens unchanged).
+    """CREATE TABLE IF NOT EXISTS router_client_rejections (
+        router_id TEXT NOT NULL,
+        boot_id TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        param TEXT NOT NULL,
+        client TEXT NOT NULL,
+        count INTEGER NOT NULL,
+        PRIMARY KEY (router_id, boot_id, scope, param, client)
+    )""",
 )
 # Counts only grow within a boot (SPEC §6): the upsert never lowers a stored count.
 _UPSERT_COUNT = """INSERT INTO router_rejections (router_id, boot_id, scope, param, count)
     VALUES (?, ?, ?, ?, ?)
     ON CONFLICT (router_id, boot_id, scope, param) DO UPDATE SET count = MAX(count, excluded.count)"""
+_UPSERT_CLIENT_COUNT = """INSERT INTO router_client_rejections (router_id, boot_id, scope, param, client, count)
+    VALUES (?, ?, ?, ?, ?, ?)
+    ON CONFLICT (router_id, boot_id, scope, param, client) DO UPDATE SET count = MAX(count, excluded.count)"""
 _UPSERT_STATUS = """INSERT INTO router_status
     (router_id, boot_id, applied_revision, apply_error, last_report_unix_s) VALUES (?, ?, ?, ?, ?)
     ON CONFLICT (router_id) DO UPDATE SET boot_id = excluded.boot_id,
@@ -70,7 +84,7 @@ class MemoryRouterStatsStore:
 
     def __init__(self) -> None:
         self.records: dict[str, RouterRecord] = {}
-        self.rows: dict[tuple[str, str, str, str], RejectionRow] = {}
+        self.rows: dict[tuple[str, str, str, str, str], RejectionRow] = {}
 
     async def load(self) -> tuple[list[RouterRecord], list[RejectionRow]]:
         return list(self.records.values()), list(self.rows.values())
@@ -79,7 +93,7 @@ class MemoryRouterStatsStore:
         for record in records:
             self.records[record.router_id] = record
         for row in rows:
-            key = (row.router_id, row.boot_id, row.scope, row.param)
+            key = row.key
             old = self.rows.get(key)
             if old is None or row.count > old.count:
                 self.rows[key] = row
@@ -118,11 +132,15 @@ class SqliteRouterStatsStore:
         statuses = [
             (r.router_id, r.boot_id, r.applied_revision, r.apply_error, r.last_report_unix_s) for r in records
         ]
-        counts = [(r.router_id, r.boot_id, r.scope, r.param, r.count) for r in rows]
+        counts = [(r.router_id, r.boot_id, r.scope, r.param, r.count) for r in rows if not r.client]
+        client_counts = [
+            (r.router_id, r.boot_id, r.scope, r.param, r.client, r.count) for r in rows if r.client
+        ]
 
         def write(conn: sqlite3.Connection) -> None:
             conn.executemany(_UPSERT_STATUS, statuses)
             conn.executemany(_UPSERT_COUNT, counts)
+            conn.executemany(_UPSERT_CLIENT_COUNT, client_counts)
 
         try:
             await self._database.transaction(write)
@@ -148,5 +166,11 @@ def _load(conn: sqlite3.Connection) -> tuple[list[RouterRecord], list[RejectionR
     rows = [
         RejectionRow(str(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[4]))
         for r in conn.execute("SELECT router_id, boot_id, scope, param, count FROM router_rejections")
+    ]
+    rows += [
+        RejectionRow(str(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[5]), str(r[4]))
+        for r in conn.execute(
+            "SELECT router_id, boot_id, scope, param, client, count FROM router_client_rejections"
+        )
     ]
     return records, rows

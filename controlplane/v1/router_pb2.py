@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63ontrolplane/v1/router.proto\x12\x0f\x63ontrolplane.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"=\n\x0eRejectionCount\x12\r\n\x05scope\x18\x01 \x01(\t\x12\r\n\x05param\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\x03\"\xdb\x01\n\x19ReportRouterStatusRequest\x12\x11\n\trouter_id\x18\x01 \x01(\t\x12\x0f\n\x07\x62oot_id\x18\x02 \x01(\t\x12\x18\n\x10\x61pplied_revision\x18\x03 \x01(\x03\x12\x13\n\x0b\x61pply_error\x18\x04 \x01(\t\x12\x33\n\nrejections\x18\x05 \x03(\x0b\x32\x1f.controlplane.v1.RejectionCount\x12\x17\n\x0f\x65jected_workers\x18\x06 \x03(\t\x12\x1d\n\x15\x63ontrol_plane_address\x18\x08 \x01(\t\"\x1c\n\x1aReportRouterStatusResponse\"\x14\n\x12ListRoutersRequest\"\xf6\x01\n\x0cRouterStatus\x12\x11\n\trouter_id\x18\x01 \x01(\t\x12\x0f\n\x07\x62oot_id\x18\x02 \x01(\t\x12\x18\n\x10\x61pplied_revision\x18\x03 \x01(\x03\x12\x13\n\x0b\x61pply_error\x18\x04 \x01(\t\x12\x11\n\tconnected\x18\x05 \x01(\x08\x12\x34\n\x10last_report_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nup_to_date\x18\x07 \x01(\x08\x12\x17\n\x0f\x65jected_workers\x18\x08 \x03(\t\x12\x1d\n\x15\x63ontrol_plane_address\x18\t \x01(\t\"_\n\x13ListRoutersResponse\x12.\n\x07routers\x18\x01 \x03(\x0b\x32\x1d.controlplane.v1.RouterStatus\x12\x18\n\x10\x63urrent_revision\x18\x02 \x01(\x03\"\x1a\n\x18GetRejectionStatsRequest\"&\n\x08KeyCount\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\"\xe3\x01\n\x19GetRejectionStatsResponse\x12\r\n\x05total\x18\x01 \x01(\x03\x12+\n\x08\x62y_field\x18\x02 \x03(\x0b\x32\x19.controlplane.v1.KeyCount\x12+\n\x08\x62y_scope\x18\x03 \x03(\x0b\x32\x19.controlplane.v1.KeyCount\x12,\n\tby_router\x18\x04 \x03(\x0b\x32\x19.controlplane.v1.KeyCount\x12/\n\x06\x64\x65tail\x18\x05 \x03(\x0b\x32\x1f.controlplane.v1.RejectionCount2\xc6\x02\n\rRouterService\x12o\n\x12ReportRouterStatus\x12*.controlplane.v1.ReportRouterStatusRequest\x1a+.controlplane.v1.ReportRouterStatusResponse(\x01\x12X\n\x0bListRouters\x12#.controlplane.v1.ListRoutersRequest\x1a$.controlplane.v1.ListRoutersResponse\x12j\n\x11GetRejectionStats\x12).controlplane.v1.GetRejectionStatsRequest\x1a*.controlplane.v1.GetRejectionStatsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63ontrolplane/v1/router.proto\x12\x0f\x63ontrolplane.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"M\n\x0eRejectionCount\x12\r\n\x05scope\x18\x01 \x01(\t\x12\r\n\x05param\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\x03\x12\x0e\n\x06\x63lient\x18\x04 \x01(\t\"\xdb\x01\n\x19ReportRouterStatusRequest\x12\x11\n\trouter_id\x18\x01 \x01(\t\x12\x0f\n\x07\x62oot_id\x18\x02 \x01(\t\x12\x18\n\x10\x61pplied_revision\x18\x03 \x01(\x03\x12\x13\n\x0b\x61pply_error\x18\x04 \x01(\t\x12\x33\n\nrejections\x18\x05 \x03(\x0b\x32\x1f.controlplane.v1.RejectionCount\x12\x17\n\x0f\x65jected_workers\x18\x06 \x03(\t\x12\x1d\n\x15\x63ontrol_plane_address\x18\x08 \x01(\t\"\x1c\n\x1aReportRouterStatusResponse\"\x14\n\x12ListRoutersRequest\"\xf6\x01\n\x0cRouterStatus\x12\x11\n\trouter_id\x18\x01 \x01(\t\x12\x0f\n\x07\x62oot_id\x18\x02 \x01(\t\x12\x18\n\x10\x61pplied_revision\x18\x03 \x01(\x03\x12\x13\n\x0b\x61pply_error\x18\x04 \x01(\t\x12\x11\n\tconnected\x18\x05 \x01(\x08\x12\x34\n\x10last_report_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nup_to_date\x18\x07 \x01(\x08\x12\x17\n\x0f\x65jected_workers\x18\x08 \x03(\t\x12\x1d\n\x15\x63ontrol_plane_address\x18\t \x01(\t\"_\n\x13ListRoutersResponse\x12.\n\x07routers\x18\x01 \x03(\x0b\x32\x1d.controlplane.v1.RouterStatus\x12\x18\n\x10\x63urrent_revision\x18\x02 \x01(\x03\"\x1a\n\x18GetRejectionStatsRequest\"&\n\x08KeyCount\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\"\xc9\x02\n\x19GetRejectionStatsResponse\x12\r\n\x05total\x18\x01 \x01(\x03\x12+\n\x08\x62y_field\x18\x02 \x03(\x0b\x32\x19.controlplane.v1.KeyCount\x12+\n\x08\x62y_scope\x18\x03 \x03(\x0b\x32\x19.controlplane.v1.KeyCount\x12,\n\tby_router\x18\x04 \x03(\x0b\x32\x19.controlplane.v1.KeyCount\x12/\n\x06\x64\x65tail\x18\x05 \x03(\x0b\x32\x1f.controlplane.v1.RejectionCount\x12,\n\tby_client\x18\x06 \x03(\x0b\x32\x19.controlplane.v1.KeyCount\x12\x36\n\rclient_detail\x18\x07 \x03(\x0b\x32\x1f.controlplane.v1.RejectionCount2\xc6\x02\n\rRouterService\x12o\n\x12ReportRouterStatus\x12*.controlplane.v1.ReportRouterStatusRequest\x1a+.controlplane.v1.ReportRouterStatusResponse(\x01\x12X\n\x0bListRouters\x12#.controlplane.v1.ListRoutersRequest\x1a$.controlplane.v1.ListRoutersResponse\x12j\n\x11GetRejectionStats\x12).controlplane.v1.GetRejectionStatsRequest\x1a*.controlplane.v1.GetRejectionStatsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,23 +33,23 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'controlplane.v1.router_pb2'
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_REJECTIONCOUNT']._serialized_start=82
-  _globals['_REJECTIONCOUNT']._serialized_end=143
-  _globals['_REPORTROUTERSTATUSREQUEST']._serialized_start=146
-  _globals['_REPORTROUTERSTATUSREQUEST']._serialized_end=365
-  _globals['_REPORTROUTERSTATUSRESPONSE']._serialized_start=367
-  _globals['_REPORTROUTERSTATUSRESPONSE']._serialized_end=395
-  _globals['_LISTROUTERSREQUEST']._serialized_start=397
-  _globals['_LISTROUTERSREQUEST']._serialized_end=417
-  _globals['_ROUTERSTATUS']._serialized_start=420
-  _globals['_ROUTERSTATUS']._serialized_end=666
-  _globals['_LISTROUTERSRESPONSE']._serialized_start=668
-  _globals['_LISTROUTERSRESPONSE']._serialized_end=763
-  _globals['_GETREJECTIONSTATSREQUEST']._serialized_start=765
-  _globals['_GETREJECTIONSTATSREQUEST']._serialized_end=791
-  _globals['_KEYCOUNT']._serialized_start=793
-  _globals['_KEYCOUNT']._serialized_end=831
-  _globals['_GETREJECTIONSTATSRESPONSE']._serialized_start=834
-  _globals['_GETREJECTIONSTATSRESPONSE']._serialized_end=1061
-  _globals['_ROUTERSERVICE']._serialized_start=1064
-  _globals['_ROUTERSERVICE']._serialized_end=1390
+  _globals['_REJECTIONCOUNT']._serialized_end=159
+  _globals['_REPORTROUTERSTATUSREQUEST']._serialized_start=162
+  _globals['_REPORTROUTERSTATUSREQUEST']._serialized_end=381
+  _globals['_REPORTROUTERSTATUSRESPONSE']._serialized_start=383
+  _globals['_REPORTROUTERSTATUSRESPONSE']._serialized_end=411
+  _globals['_LISTROUTERSREQUEST']._serialized_start=413
+  _globals['_LISTROUTERSREQUEST']._serialized_end=433
+  _globals['_ROUTERSTATUS']._serialized_start=436
+  _globals['_ROUTERSTATUS']._serialized_end=682
+  _globals['_LISTROUTERSRESPONSE']._serialized_start=684
+  _globals['_LISTROUTERSRESPONSE']._serialized_end=779
+  _globals['_GETREJECTIONSTATSREQUEST']._serialized_start=781
+  _globals['_GETREJECTIONSTATSREQUEST']._serialized_end=807
+  _globals['_KEYCOUNT']._serialized_start=809
+  _globals['_KEYCOUNT']._serialized_end=847
+  _globals['_GETREJECTIONSTATSRESPONSE']._serialized_start=850
+  _globals['_GETREJECTIONSTATSRESPONSE']._serialized_end=1179
+  _globals['_ROUTERSERVICE']._serialized_start=1182
+  _globals['_ROUTERSERVICE']._serialized_end=1508
 # @@protoc_insertion_point(module_scope)

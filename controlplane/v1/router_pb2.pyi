@@ -10,14 +10,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RejectionCount(_message.Message):
-    __slots__ = ("scope", "param", "count")
+    __slots__ = ("scope", "param", "count", "client")
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     PARAM_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_FIELD_NUMBER: _ClassVar[int]
     scope: str
     param: str
     count: int
-    def __init__(self, scope: _Optional[str] = ..., param: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+    client: str
+    def __init__(self, scope: _Optional[str] = ..., param: _Optional[str] = ..., count: _Optional[int] = ..., client: _Optional[str] = ...) -> None: ...
 
 class ReportRouterStatusRequest(_message.Message):
     __slots__ = ("router_id", "boot_id", "applied_revision", "apply_error", "rejections", "ejected_workers", "control_plane_address")
@@ -88,15 +90,19 @@ class KeyCount(_message.Message):
     def __init__(self, key: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class GetRejectionStatsResponse(_message.Message):
-    __slots__ = ("total", "by_field", "by_scope", "by_router", "detail")
+    __slots__ = ("total", "by_field", "by_scope", "by_router", "detail", "by_client", "client_detail")
     TOTAL_FIELD_NUMBER: _ClassVar[int]
     BY_FIELD_FIELD_NUMBER: _ClassVar[int]
     BY_SCOPE_FIELD_NUMBER: _ClassVar[int]
     BY_ROUTER_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    BY_CLIENT_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_DETAIL_FIELD_NUMBER: _ClassVar[int]
     total: int
     by_field: _containers.RepeatedCompositeFieldContainer[KeyCount]
     by_scope: _containers.RepeatedCompositeFieldContainer[KeyCount]
     by_router: _containers.RepeatedCompositeFieldContainer[KeyCount]
     detail: _containers.RepeatedCompositeFieldContainer[RejectionCount]
-    def __init__(self, total: _Optional[int] = ..., by_field: _Optional[_Iterable[_Union[KeyCount, _Mapping]]] = ..., by_scope: _Optional[_Iterable[_Union[KeyCount, _Mapping]]] = ..., by_router: _Optional[_Iterable[_Union[KeyCount, _Mapping]]] = ..., detail: _Optional[_Iterable[_Union[RejectionCount, _Mapping]]] = ...) -> None: ...
+    by_client: _containers.RepeatedCompositeFieldContainer[KeyCount]
+    client_detail: _containers.RepeatedCompositeFieldContainer[RejectionCount]
+    def __init__(self, total: _Optional[int] = ..., by_field: _Optional[_Iterable[_Union[KeyCount, _Mapping]]] = ..., by_scope: _Optional[_Iterable[_Union[KeyCount, _Mapping]]] = ..., by_router: _Optional[_Iterable[_Union[KeyCount, _Mapping]]] = ..., detail: _Optional[_Iterable[_Union[RejectionCount, _Mapping]]] = ..., by_client: _Optional[_Iterable[_Union[KeyCount, _Mapping]]] = ..., client_detail: _Optional[_Iterable[_Union[RejectionCount, _Mapping]]] = ...) -> None: ...

@@ -52,7 +52,7 @@ class Router:
         self.state.pool_factory = functools.partial(make_pool, timeouts=settings.upstream)
         self.admission = Admission(settings.max_concurrency, settings.queue_size, settings.queue_timeout_s)
         self.balancer: Balancer[Worker] = Balancer(settings.policy, Worker.load, Worker.wait)
-        self.metrics = RouterMetrics(self.state, self.admission)
+        self.metrics = RouterMetrics(self.state, self.admission, settings.api_keys)
         # Under the --processes supervisor: /metrics answers for every process (process_metrics).
         self.process_metrics = process_metrics_from_env(self.metrics)
         self.proxy = Proxy(
@@ -62,6 +62,7 @@ class Router:
             self.metrics,
             ProxyConfig(request_timeout_s=settings.request_timeout_s, retry_attempts=settings.retry_attempts),
             settings.routes,
+            keys=settings.api_keys,
         )
         self.server: HttpServer | None = None
         # Passive ejection + /health probing back (SPEC §5), re-attached on every worker-set change.

@@ -82,6 +82,16 @@ def end_to_end(headers: Headers, *, judged: bool = False) -> Headers:
     return [item for item in kept if item[0] not in names]
 
 
+# The client's credentials for the router (``clients``): not for the worker's eyes.
+CREDENTIALS: frozenset[bytes] = frozenset({b"authorization", b"x-api-key"})
+
+
+def without_credentials(headers: Headers) -> Headers:
+    """``headers`` without ``Authorization`` and ``x-api-key`` (the router checked them, or
+    sends its own to the worker)."""
+    return [item for item in headers if item[0] not in CREDENTIALS]
+
+
 def without_control_chars(headers: Headers) -> Headers:
     """``headers`` without fields whose name or value holds CR, LF or NUL.
 

@@ -12,7 +12,9 @@ rejection), ``fleetplane_requests_total{route,code}`` (code = HTTP status),
 ``fleetplane_request_duration_seconds{route}`` (histogram, streams measured to their end),
 ``fleetplane_upstream_requests_total{worker,protocol,outcome}``, ``fleetplane_worker_inflight{worker}``,
 ``fleetplane_admission_queue_depth``, ``fleetplane_contract_revision``,
-``fleetplane_control_plane_connected``, ``fleetplane_control_plane_replica{address}``.
+``fleetplane_control_plane_connected``, ``fleetplane_control_plane_replica{address}``; with
+``--api-keys``: ``fleetplane_client_requests_total{client}`` and
+``fleetplane_client_rejections_total{client,param}`` (names from the key file: bounded).
 
 Under ``--processes N`` every child's ``/metrics`` answers for the whole router: its siblings'
 families are gathered at scrape time and merged (``process.metrics``, ``process.merge``).
@@ -28,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from dataplane.router.admission import Admission
+from dataplane.router.clients import ClientKeys
 from dataplane.router.state import RouterState
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
@@ -85,8 +88,9 @@ class RouteStats:
 class RouterMetrics:
     """Every router metric; ``render()`` is the ``/metrics`` body."""
 
-    def __init__(self, state: RouterState, admission: Admission) -> None:
+    def __init__(self, state: RouterState, admission: Admission, keys: ClientKeys | None = None) -> None:
         self.state = state
+        self.keys = keys
         self.admission = admission
         self.routes: dict[str, RouteStats] = {}
         self.upstream: dict[tuple[str, str, str], int] = {}
@@ -124,9 +128,33 @@ class _Collector(Collector):
             "Requests refused by a sampling contract, by scope and violated field (every violated field counts).",
             labels=["scope", "param"],
         )
-        for (scope, param), n in sorted(state.rejections.items()):
+        by_field: dict[tuple[str, str], int] = {}
+        by_client: dict[tuple[str, str], int] = {}
+        for (scope, param, client), n in state.rejections.items():
+            by_field[(scope, param)] = by_field.get((scope, param), 0) + n
+            if client:
+                by_client[(client, param)] = by_client.get((client, param), 0) + n
+        for (scope, param), n in sorted(by_field.items()):
             rejections.add_metric([scope, param], n)
         yield rejections
+        keys = m.keys
+        if keys is not None:
+            client_requests = CounterMetricFamily(
+                "fleetplane_client_requests",
+                "Requests let through with a key of --api-keys, by client name.",
+                labels=["client"],
+            )
+            for name, n in sorted(keys.requests.items()):
+                client_requests.add_metric([name], n)
+            yield client_requests
+            client_rejections = CounterMetricFamily(
+                "fleetplane_client_rejections",
+                "Requests refused by a sampling contract, by client name and violated field.",
+                labels=["client", "param"],
+            )
+            for (client, param), n in sorted(by_client.items()):
+                client_rejections.add_metric([client, param], n)
+            yield client_rejections
 
         requests = CounterMetricFamily(
             "fleetplane_requests", "Answers by route and HTTP status.", labels=["route", "code"]

@@ -22,6 +22,7 @@ from controlplane.contracts import ContractError, SamplingContract, parse_contra
 from controlplane.envflags import EnvArgumentParser
 from dataplane.errors import SettingsError
 from dataplane.router.balancer import Policy
+from dataplane.router.clients import ApiKeysError, ClientKeys, parse_api_keys
 from dataplane.router.contract.dialects import DIALECTS
 from dataplane.router.contract.routes import RouteTable, build_route_table
 from dataplane.router.control.convert import check_replicas, parse_control_plane
@@ -63,6 +64,8 @@ class RouterSettings:
     upstream: UpstreamTimeouts = field(default_factory=UpstreamTimeouts)
     # The rejection counts journal of a single router (None: none; process/journal.py).
     counts_journal: str | None = None
+    # The front door's client keys (None: open to every client, as before).
+    api_keys: ClientKeys | None = None
     # Not flags (yet): house defaults.
     retry_attempts: int = 3
     drain_grace_s: float = 30.0
@@ -125,6 +128,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="client certificate for mTLS to the control plane (PEM; with --tls-key)",
     )
     parser.add_argument("--tls-key", default=None, metavar="FILE", help="client private key for mTLS (PEM)")
+    parser.add_argument(
+        "--api-keys",
+        default=None,
+        metavar="FILE",
+        help='client API keys, a JSON object {"NAME": {"key": "..."}}: every request but the health, '
+        "readiness, metrics and contract pages needs one (Authorization: Bearer KEY or x-api-key: KEY), "
+        "else 401 invalid_api_key; NAME is the client in metrics and stats",
+    )
     parser.add_argument(
         "--worker",
         action="append",
@@ -335,6 +346,21 @@ def _token(token: str | None, token_file: str | None) -> str | None:
     return text
 
 
+def _api_keys(path: str | None) -> ClientKeys | None:
+    """The clients of ``--api-keys FILE`` (the error names the file and the problem, never a key)."""
+    if path is None:
+        return None
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise SettingsError(f"--api-keys {path!r}: cannot read ({reason})") from None
+    try:
+        return parse_api_keys(text)
+    except ApiKeysError as exc:
+        raise SettingsError(f"--api-keys {path!r}: {exc}") from None
+
+
 def settings_from_args(args: argparse.Namespace) -> RouterSettings:
     """Validate the parsed flags (raises ``SettingsError``)."""
     host, port = parse_listen(args.listen)
@@ -432,6 +458,7 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
             else None
         )
     return RouterSettings(
+        api_keys=_api_keys(args.api_keys),
         listen_host=host,
         listen_port=port,
         workers=workers,

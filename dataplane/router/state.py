@@ -91,11 +91,12 @@ class RouterState:
         self.control_plane_connected = False
         # The control-plane replica (HOST:PORT) the client is on; "" while none.
         self.control_plane_replica = ""
-        # Cumulative contract rejections by (scope, param) since start (SPEC §6 ReportRouterStatus,
+        # Cumulative contract rejections by (scope, param, client) since start (client "": no
+        # --api-keys) (SPEC §6 ReportRouterStatus,
         # §8 fleetplane_sampling_contract_rejections_total): one dict update per violated field.
-        self.rejections: dict[tuple[str, str], int] = {}
+        self.rejections: dict[tuple[str, str, str], int] = {}
         # Called with the counts after each rejection, before its 400 goes out (process/journal.py).
-        self.rejection_listener: Callable[[Mapping[tuple[str, str], int]], None] | None = None
+        self.rejection_listener: Callable[[Mapping[tuple[str, str, str], int]], None] | None = None
         self._listeners: list[Callable[[], None]] = []
         self._closers: set[asyncio.Task[None]] = set()
         # How a new worker's upstream pool is made (the router sets its upstream timeouts here).
@@ -150,19 +151,21 @@ class RouterState:
             else:
                 worker.observe_engine_load(None, None, self.mean_work)
 
-    def rejection_counts(self) -> Mapping[tuple[str, str], int]:
-        """Cumulative rejections since start, by (scope, param)."""
+    def rejection_counts(self) -> Mapping[tuple[str, str, str], int]:
+        """Cumulative rejections since start, by (scope, param, client)."""
         return dict(self.rejections)
 
     def ejected_workers(self) -> list[str]:
         """The workers out of rotation now (reported to the control plane's status page)."""
         return sorted(w.url for w in self.workers.workers if not w.healthy)
 
-    def count_rejection(self, scope: str, params: Sequence[str]) -> None:
-        """Count one rejected request under every field it violated (SPEC §3.3)."""
+    def count_rejection(self, scope: str, params: Sequence[str], client: str = "") -> None:
+        """Count one rejected request under every field it violated (SPEC §3.3), for the client
+        that sent it (``--api-keys``): one count path, so the per-client counts are reported,
+        journaled and summed across boots as the others are (SPEC §6)."""
         counts = self.rejections
         for param in params:
-            key = (scope, param)
+            key = (scope, param, client)
             counts[key] = counts.get(key, 0) + 1
         if self.rejection_listener is not None:
             self.rejection_listener(counts)

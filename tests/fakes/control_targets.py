@@ -16,7 +16,7 @@ class FakeRouter:
         self.contracts: list[tuple[int, dict[str, SamplingContract]]] = []
         self.workers: list[Sequence[WorkerSpec]] = []
         self.loads: Mapping[str, EngineLoad] = {}
-        self.rejections: dict[tuple[str, str], int] = {}
+        self.rejections: dict[tuple[str, str, str], int] = {}
         self.connected = False
         self.replica = ""
         self.refuse = False
@@ -33,7 +33,7 @@ class FakeRouter:
     def apply_loads(self, loads: Mapping[str, EngineLoad], /) -> None:
         self.loads = loads
 
-    def rejection_counts(self) -> Mapping[tuple[str, str], int]:
+    def rejection_counts(self) -> Mapping[tuple[str, str, str], int]:
         return dict(self.rejections)
 
     def ejected_workers(self) -> Sequence[str]:
@@ -53,7 +53,7 @@ class Recorder:
         self.contracts: list[int] = []
         self.workers: list[Sequence[WorkerSpec]] = []
         self.loads: Mapping[str, EngineLoad] = {}
-        self.counts: dict[tuple[str, str], int] = {}
+        self.counts: dict[tuple[str, str, str], int] = {}
         self.ejected: list[str] = []
 
     def apply_contracts(self, revision: int, contracts: Mapping[str, SamplingContract], /) -> None:
@@ -65,7 +65,7 @@ class Recorder:
     def apply_loads(self, loads: Mapping[str, EngineLoad], /) -> None:
         self.loads = loads
 
-    def rejection_counts(self) -> Mapping[tuple[str, str], int]:
+    def rejection_counts(self) -> Mapping[tuple[str, str, str], int]:
         return self.counts
 
     def ejected_workers(self) -> Sequence[str]:

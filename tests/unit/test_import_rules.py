@@ -59,11 +59,13 @@ DATAPLANE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("errors", ("dataplane.errors",)),  # the plane's error root and its one error -> answer mapping
     ("http", ("dataplane.http",)),  # the protocol-level HTTP/1.1 + h2c server
     ("engine", ("dataplane.engine",)),  # load publisher, endpoint resolver, engine-sim
-    # Request-path leaves: header rules, request bodies, the balancer, admission, log set-up.
+    # Request-path leaves: header rules, request bodies, the balancer, admission, log set-up,
+    # client API keys.
     (
         "router leaves",
         (
             "dataplane.router.headers",
+            "dataplane.router.clients",
             "dataplane.router.body",
             "dataplane.router.balancer",
             "dataplane.router.admission",
@@ -99,6 +101,7 @@ PURE_MODULES = (
     "dataplane/http/h2_fields.py",
     "dataplane/router/contract",
     "dataplane/router/headers.py",
+    "dataplane/router/clients.py",
     "dataplane/router/body.py",
     "dataplane/router/balancer.py",
     "dataplane/router/fleet/health.py",

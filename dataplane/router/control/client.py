@@ -202,7 +202,10 @@ class ControlPlaneClient(ControlChannel):
             boot_id=self.boot_id,
             applied_revision=self.applied_revision,
             apply_error=apply_error,
-            rejections=[router_pb2.RejectionCount(scope=s, param=p, count=c) for (s, p), c in counts],
+            rejections=[
+                router_pb2.RejectionCount(scope=s, param=p, count=c, client=client)
+                for (s, p, client), c in counts
+            ],
             ejected_workers=self._target.ejected_workers(),
             # Read now, not when the loads stream came up: a report stream on a new replica says so
             # in its first message (``fleetplane routers`` shows it).
@@ -218,8 +221,8 @@ class ControlPlaneClient(ControlChannel):
             del report.rejections[:]
             del report.ejected_workers[:]  # a predecessor's health is not this boot's
             report.rejections.extend(
-                router_pb2.RejectionCount(scope=s, param=p, count=c)
-                for (s, p), c in sorted(boot.counts.items())
+                router_pb2.RejectionCount(scope=s, param=p, count=c, client=client)
+                for (s, p, client), c in sorted(boot.counts.items())
             )
             reports.append(report)
         return reports

@@ -75,8 +75,8 @@ class ControlTarget(Protocol):
     def apply_loads(self, loads: Mapping[str, EngineLoad], /) -> None:
         """Replace the engine load views by url (empty: no view, own in-flight counts only)."""
 
-    def rejection_counts(self) -> Mapping[tuple[str, str], int]:
-        """Cumulative contract rejections since this process started, by (scope, param)."""
+    def rejection_counts(self) -> Mapping[tuple[str, str, str], int]:
+        """Cumulative contract rejections since this process started, by (scope, param, client)."""
 
     def ejected_workers(self) -> Sequence[str]:
         """URLs of the workers out of rotation now (ejected by the health tracker), sorted."""

@@ -33,12 +33,13 @@ from dataplane.http import Deferred, Request, Responder
 from dataplane.router.admission import Admission
 from dataplane.router.balancer import DEFAULT_MAX_TOKENS, WORK_SHIFT, Balancer, request_work
 from dataplane.router.body import RequestBody
+from dataplane.router.clients import ClientKeys, InvalidApiKey
 from dataplane.router.contract.enforce import enforce
 from dataplane.router.contract.form import probe_form
 from dataplane.router.contract.probe import Probe, probe_body
 from dataplane.router.contract.routes import Route, RouteTable, canonical_path, split_target
 from dataplane.router.fleet.workers import Worker
-from dataplane.router.headers import Headers
+from dataplane.router.headers import Headers, without_credentials
 from dataplane.router.metrics import RouterMetrics, RouteStats
 from dataplane.router.path.endpoints import Endpoints
 from dataplane.router.path.forwarder import Forwarder, ProxyConfig, forwarded_headers
@@ -47,11 +48,16 @@ from dataplane.router.state import RouterState
 _MAX_MODEL_IN_MESSAGE = 200
 _MAX_ROUTES = 1024
 # canonical path, the target to forward with (canonical path + query), the route (None: not
-# in the table), its stats
-_Target = tuple[bytes, bytes, "Route | None", RouteStats]
+# in the table), its stats, whether it is open to clients without a key
+_Target = tuple[bytes, bytes, "Route | None", RouteStats, bool]
 _NONE: Headers = []  # no extra headers (never mutated)
 # RFC 9110 §15.5.6: a 405 names the methods the resource supports.
 _ALLOW_GET: Headers = [(b"allow", b"GET, HEAD")]
+# RFC 9110 §11.6.1: a 401 carries a challenge naming the scheme (RFC 6750 §3: Bearer).
+_CHALLENGE: Headers = [(b"www-authenticate", b'Bearer realm="fleetplane"')]
+# Open without a key under --api-keys: what probes and scrapers read (as vLLM keeps every path
+# outside /v1 open): liveness, readiness, metrics, and the applied contract and route table.
+_OPEN_PATHS = frozenset({b"/health", b"/readiness", b"/metrics", b"/contract"})
 
 
 class Proxy(Forwarder):
@@ -65,9 +71,15 @@ class Proxy(Forwarder):
         metrics: RouterMetrics,
         config: ProxyConfig,
         routes: RouteTable,
+        keys: ClientKeys | None = None,
+        strip_credentials: bool = False,
     ) -> None:
         super().__init__(admission, balancer, metrics, config)
         self._state = state
+        self._keys = keys
+        # The client's own credentials never reach a worker once the router checks them or
+        # sends its own (--api-keys, --worker-api-key).
+        self._strip = strip_credentials or keys is not None
         self._table = routes
         self._endpoints = Endpoints(state, metrics, routes)
         self._unknown_stats = metrics.route("other")
@@ -85,13 +97,21 @@ class Proxy(Forwarder):
         target = self._targets.get(request.path)
         if target is None:
             target = self._classify(request.path)
-        path, forward_to, route, stats = target
+        path, forward_to, route, stats, open_ = target
         method = request.method
+        client = ""
+        keys = self._keys
+        if keys is not None and not open_:
+            found = keys.client_of(request.headers)
+            if found is None:
+                stats.observe(responder.answer_error(InvalidApiKey(), _CHALLENGE), perf_counter() - started)
+                return None
+            client = found
         if route is not None:
             if method not in route.methods:
                 status = responder.answer_error(MethodNotAllowed(), route.allow)
             elif route.dialect is not None:
-                judged = self._judge(request, responder, route)
+                judged = self._judge(request, responder, route, client)
                 if isinstance(judged, int):
                     status = judged
                 else:
@@ -116,6 +136,8 @@ class Proxy(Forwarder):
                     status = responder.answer_error(err, _NONE)
                 else:
                     headers = forwarded_headers(request, False)
+                    if self._strip:
+                        headers = without_credentials(headers)
                     return self._send(
                         stats,
                         started,
@@ -159,7 +181,7 @@ class Proxy(Forwarder):
         else:
             endpoint = self._endpoints.get(path)
             stats = endpoint[0] if endpoint is not None else self._unknown_stats
-        target = (path, path + query, route, stats)
+        target = (path, path + query, route, stats, route is None and path in _OPEN_PATHS)
         targets = self._targets
         if len(targets) >= _MAX_ROUTES:
             targets.clear()  # a client cycling targets only makes it start over
@@ -173,7 +195,7 @@ class Proxy(Forwarder):
         return target[3].route
 
     def _judge(
-        self, request: Request, responder: Responder, route: Route
+        self, request: Request, responder: Responder, route: Route, client: str
     ) -> int | tuple[RequestBody, Headers, tuple[Worker, ...], Headers, bool, int]:
         """Probe, model lookup, contract (SPEC §3.3): the body and headers to forward and the
         request's work (``balancer.request_work``: its ``max_tokens`` and prompt), or the status
@@ -186,6 +208,8 @@ class Proxy(Forwarder):
         assert dialect is not None
         try:
             headers = forwarded_headers(request, True)
+            if self._strip:
+                headers = without_credentials(headers)
             if dialect.form:
                 probe: Probe = probe_form(request.body, request.header(b"content-type"), dialect)
             else:
@@ -198,7 +222,7 @@ class Proxy(Forwarder):
                     body = enforce(compiled, probe, request.body, route.path)
                 except SamplingContractViolation as violation:
                     self._state.count_rejection(
-                        compiled.scope, violation.violated or (violation.param or "",)
+                        compiled.scope, violation.violated or (violation.param or "",), client
                     )
                     raise
         except RouterError as err:

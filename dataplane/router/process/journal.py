@@ -51,7 +51,8 @@ MAX_CARRIED_BOOTS = 32
 
 log = structlog.get_logger(__name__)
 
-Counts = Mapping[tuple[str, str], int]
+# (scope, param, client) -> cumulative count; client "" without --api-keys.
+Counts = Mapping[tuple[str, str, str], int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +60,7 @@ class BootCounts:
     """The last cumulative counts of one boot of a slot's router."""
 
     boot_id: str
-    counts: dict[tuple[str, str], int]
+    counts: dict[tuple[str, str, str], int]
 
 
 def encode_record(router_id: str, boots: list[BootCounts]) -> bytes:
@@ -77,7 +78,8 @@ def _record_head(router_id: str) -> bytes:
 
 
 def _boot_json(boot: BootCounts) -> bytes:
-    counts = [[s, p, c] for (s, p), c in sorted(boot.counts.items())]
+    # [scope, param, count] as before --api-keys, [scope, param, count, client] for a client.
+    counts = [[s, p, c, client] if client else [s, p, c] for (s, p, client), c in sorted(boot.counts.items())]
     return _encode({"boot_id": boot.boot_id, "counts": counts})
 
 
@@ -94,7 +96,10 @@ def decode_record(data: bytes, router_id: str) -> list[BootCounts]:
         if doc["router_id"] != router_id:
             return []
         return [
-            BootCounts(str(b["boot_id"]), {(str(s), str(p)): int(c) for s, p, c in b["counts"]})
+            BootCounts(
+                str(b["boot_id"]),
+                {(str(e[0]), str(e[1]), str(e[3]) if len(e) > 3 else ""): int(e[2]) for e in b["counts"]},
+            )
             for b in doc["boots"]
         ]
     except (ValueError, KeyError, TypeError):

@@ -86,7 +86,7 @@ async def test_viewer_token_cannot_report(tmp_path: Path, tokens_file: str) -> N
 async def test_status_page_shows_routers_and_rejections(tmp_path: Path) -> None:
     """The status page lists each router and the rejection counts; /metrics counts report streams."""
     router = FakeRouter()
-    router.rejections[("*", "temperature")] = 3
+    router.rejections[("*", "temperature", "")] = 3
     async with running_control_plane(tmp_path) as plane:
         settings = ControlClientSettings(
             target=str(plane.grpc_address), router_id="edge-<1>", report_check_s=0.02

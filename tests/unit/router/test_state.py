@@ -78,7 +78,7 @@ def test_rejections_are_counted_per_scope_and_field() -> None:
     state = RouterState.standalone(None)
     state.count_rejection("*", ("temperature", "top_k"))
     state.count_rejection("*", ("temperature",))
-    assert state.rejection_counts() == {("*", "temperature"): 2, ("*", "top_k"): 1}
+    assert state.rejection_counts() == {("*", "temperature", ""): 2, ("*", "top_k", ""): 1}
 
 
 async def test_ejected_workers_are_those_out_of_rotation_sorted() -> None:

@@ -92,7 +92,7 @@ async def test_rejection_counts_reach_get_rejection_stats(tmp_path: Path) -> Non
         grpc.aio.insecure_channel(str(plane.grpc_address)) as channel,
         subscribed(str(plane.grpc_address), router),
     ):
-        router.rejections[("*", "top_p")] = 4
+        router.rejections[("*", "top_p", "")] = 4
         stub = router_pb2_grpc.RouterServiceStub(channel)
 
         async def counted() -> bool:
@@ -186,7 +186,7 @@ async def test_router_shutdown_sends_a_last_report(tmp_path: Path) -> None:
                 return bool((await list_routers(channel)).routers)
 
             await eventually(listed)
-            router.rejections[("*", "n")] = 7  # no periodic report will carry this one
+            router.rejections[("*", "n", "")] = 7  # no periodic report will carry this one
         stub = router_pb2_grpc.RouterServiceStub(channel)
 
         async def counted() -> bool:

@@ -47,7 +47,7 @@ async def test_bad_snapshot_keeps_the_last_good_one_and_reports_the_error() -> N
 async def test_report_carries_cumulative_counts_sorted() -> None:
     """Rejection counts go out as (scope, param, count) entries in a stable order."""
     target = Recorder()
-    target.counts = {("llama", "n"): 2, ("*", "top_p"): 5}
+    target.counts = {("llama", "n", ""): 2, ("*", "top_p", ""): 5}
     client = _client(target)
     report = client.build_report()
     assert [(r.scope, r.param, r.count) for r in report.rejections] == [("*", "top_p", 5), ("llama", "n", 2)]

@@ -27,7 +27,12 @@ from dataplane.router.process.journal import (
 )
 from tests.fakes.control_targets import Recorder
 
-_keys = st.tuples(st.text(min_size=1, max_size=8), st.sampled_from(["temperature", "top_p", "top_k"]))
+# Client "" (no --api-keys) and named clients (--api-keys) share one record.
+_keys = st.tuples(
+    st.text(min_size=1, max_size=8),
+    st.sampled_from(["temperature", "top_p", "top_k"]),
+    st.sampled_from(["", "team-a", "bot/2"]),
+)
 _boots = st.lists(
     st.builds(BootCounts, st.text(min_size=1, max_size=16), st.dictionaries(_keys, st.integers(0, 2**40))),
     min_size=1,
@@ -57,16 +62,16 @@ def test_a_longer_old_record_does_not_leak_into_a_shorter_new_one(tmp_path: Path
     first = CountsJournal.open(path, "edge/0")
     assert first is not None and first.predecessors == []
     first.start("boot-a")
-    first.record({(f"scope-{i}", "top_p"): i for i in range(50)})
+    first.record({(f"scope-{i}", "top_p", ""): i for i in range(50)})
     first.close()
     second = CountsJournal.open(path, "edge/0")
     assert second is not None and [b.boot_id for b in second.predecessors] == ["boot-a"]
     second.start("boot-b")
-    second.record({("*", "temperature"): 1})
+    second.record({("*", "temperature", ""): 1})
     second.close()
     third = CountsJournal.open(path, "edge/0")
     assert third is not None
-    assert third.predecessors[0] == BootCounts("boot-b", {("*", "temperature"): 1})
+    assert third.predecessors[0] == BootCounts("boot-b", {("*", "temperature", ""): 1})
     assert third.predecessors[1].boot_id == "boot-a"  # carried on: boot-b may never have reported it
     third.close()
 
@@ -88,8 +93,8 @@ async def test_predecessor_reports_carry_their_boot_and_final_counts() -> None:
     """The successor reports each predecessor's counts under the predecessor's boot id, its own
     status otherwise; its own report keeps its own boot and counts."""
     target = Recorder()
-    target.counts = {("*", "top_p"): 1}
-    previous = BootCounts("dead-boot", {("*", "temperature"): 7})
+    target.counts = {("*", "top_p", ""): 1}
+    previous = BootCounts("dead-boot", {("*", "temperature", ""): 7})
     client = ControlPlaneClient(
         ControlClientSettings(target="127.0.0.1:1", router_id="edge/1"), target, predecessors=[previous]
     )
@@ -108,12 +113,12 @@ def test_each_record_is_the_bytes_encode_record_makes(tmp_path: Path) -> None:
     first = CountsJournal.open(path, "edge")
     assert first is not None
     first.start("boot-a")
-    first.record({("*", "temperature"): 3, ("m", "top_p"): 1})
+    first.record({("*", "temperature", ""): 3, ("m", "top_p", ""): 1})
     first.close()
     second = CountsJournal.open(path, "edge")
     assert second is not None
     second.start("boot-b")
-    counts = {("*", "top_k"): 2}
+    counts = {("*", "top_k", ""): 2}
     second.record(counts)
     with open(path, "rb") as f:
         written = f.read()
