@@ -24,7 +24,7 @@ from dataplane.router.balancer import Balancer
 from dataplane.router.control.channel import control_settings
 from dataplane.router.control.client import subscription
 from dataplane.router.control.convert import ControlConfigError
-from dataplane.router.fleet.discovery import DiscoveryError
+from dataplane.router.fleet.discovery import DiscoveryError, discover
 from dataplane.router.fleet.late_workers import LateDiscovery, discover_fleet
 from dataplane.router.fleet.probing import WorkerHealth
 from dataplane.router.fleet.workers import Worker, WorkerUrlError, make_pool
@@ -49,7 +49,9 @@ class Router:
         self.settings = settings
         self.state = state if state is not None else RouterState.standalone(settings.contract)
         # Every worker's pool enforces the first-byte and idle timeouts (upstream/base.py).
-        self.state.pool_factory = functools.partial(make_pool, timeouts=settings.upstream)
+        self.state.pool_factory = functools.partial(
+            make_pool, timeouts=settings.upstream, api_key=settings.worker_api_key
+        )
         self.admission = Admission(settings.max_concurrency, settings.queue_size, settings.queue_timeout_s)
         self.balancer: Balancer[Worker] = Balancer(settings.policy, Worker.load, Worker.wait)
         self.metrics = RouterMetrics(self.state, self.admission, settings.api_keys)
@@ -63,12 +65,14 @@ class Router:
             ProxyConfig(request_timeout_s=settings.request_timeout_s, retry_attempts=settings.retry_attempts),
             settings.routes,
             keys=settings.api_keys,
+            strip_credentials=settings.worker_api_key is not None,
         )
         self.server: HttpServer | None = None
         # Passive ejection + /health probing back (SPEC §5), re-attached on every worker-set change.
         self.health = WorkerHealth(lambda: self.state.workers.workers, settings.health)
         self.state.on_change(self.health.attach)
-        self.late = LateDiscovery([], [], self.state.apply_workers)
+        self._discover = functools.partial(discover, api_key=settings.worker_api_key)
+        self.late = LateDiscovery([], [], self.state.apply_workers, discover_one=self._discover)
 
     async def register_workers(self) -> None:
         """Standalone mode: discover every ``--worker`` (protocol, models) and apply the set.
@@ -77,10 +81,10 @@ class Router:
         later in the background (``late_workers``); none answering is a startup error.
         """
         try:
-            specs, pending = await discover_fleet(self.settings.workers)
+            specs, pending = await discover_fleet(self.settings.workers, self._discover)
         except (WorkerUrlError, DiscoveryError) as exc:
             raise StartupError(f"--worker {exc}") from None
-        self.late = LateDiscovery(specs, pending, self.state.apply_workers)
+        self.late = LateDiscovery(specs, pending, self.state.apply_workers, discover_one=self._discover)
         self.state.apply_workers(self.late.specs())
         for spec in specs:
             log.info("worker registered", url=spec.url, protocol=spec.protocol, models=list(spec.models))

@@ -66,6 +66,8 @@ class RouterSettings:
     counts_journal: str | None = None
     # The front door's client keys (None: open to every client, as before).
     api_keys: ClientKeys | None = None
+    # Sent to every worker as ``Authorization: Bearer`` (SGLang's --api-key); never shown.
+    worker_api_key: str | None = field(default=None, repr=False)
     # Not flags (yet): house defaults.
     retry_attempts: int = 3
     drain_grace_s: float = 30.0
@@ -135,6 +137,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help='client API keys, a JSON object {"NAME": {"key": "..."}}: every request but the health, '
         "readiness, metrics and contract pages needs one (Authorization: Bearer KEY or x-api-key: KEY), "
         "else 401 invalid_api_key; NAME is the client in metrics and stats",
+    )
+    parser.add_argument(
+        "--worker-api-key",
+        default=None,
+        metavar="KEY",
+        help="sent to every worker as Authorization: Bearer KEY (SGLang's --api-key; shows in ps: "
+        "prefer the environment or --worker-api-key-file)",
+    )
+    parser.add_argument(
+        "--worker-api-key-file",
+        default=None,
+        metavar="FILE",
+        help="read --worker-api-key from FILE (not with --worker-api-key)",
     )
     parser.add_argument(
         "--worker",
@@ -361,6 +376,25 @@ def _api_keys(path: str | None) -> ClientKeys | None:
         raise SettingsError(f"--api-keys {path!r}: {exc}") from None
 
 
+def _worker_api_key(key: str | None, key_file: str | None) -> str | None:
+    """``--worker-api-key`` or the contents of ``--worker-api-key-file`` (the key is never shown)."""
+    if key_file is not None:
+        if key is not None:
+            raise SettingsError("--worker-api-key/--worker-api-key-file: give one of them, not both")
+        try:
+            key = Path(key_file).read_text(encoding="utf-8").removesuffix("\n").removesuffix("\r")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise SettingsError(f"--worker-api-key-file {key_file!r}: cannot read ({reason})") from None
+    if key is None:
+        return None
+    # It goes into a header line as is: nothing that could end the line or the field.
+    if not key or not key.isascii() or not key.isprintable() or " " in key:
+        source = f"--worker-api-key-file {key_file!r}" if key_file is not None else "--worker-api-key"
+        raise SettingsError(f"{source}: must be one key, printable ASCII without spaces")
+    return key
+
+
 def settings_from_args(args: argparse.Namespace) -> RouterSettings:
     """Validate the parsed flags (raises ``SettingsError``)."""
     host, port = parse_listen(args.listen)
@@ -459,6 +493,7 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         )
     return RouterSettings(
         api_keys=_api_keys(args.api_keys),
+        worker_api_key=_worker_api_key(args.worker_api_key, args.worker_api_key_file),
         listen_host=host,
         listen_port=port,
         workers=workers,

@@ -66,6 +66,7 @@ M = TypeVar("M", bound=BaseModel)
 # coroutine that finishes the answer (streams, paced decoding), which the server runs as a task.
 Route = Callable[[Request, Responder], Awaitable[None] | None]
 _NOT_FOUND = r.encode({"detail": "Not Found"})
+_UNAUTHORIZED = b'{"error": {"message": "Unauthorized", "type": "invalid_request_error", "code": 401}}'
 _NOT_ALLOWED = r.encode({"detail": "Method Not Allowed"})
 _DEFAULT_SAMPLING = SamplingParams()
 
@@ -73,8 +74,17 @@ _DEFAULT_SAMPLING = SamplingParams()
 class SimApp:
     """The request handler given to ``dataplane.http`` (``app(request, responder)``)."""
 
-    def __init__(self, ranks: list[SimRank], *, model: str, info: dict[str, Any], model_path: str) -> None:
+    def __init__(
+        self,
+        ranks: list[SimRank],
+        *,
+        model: str,
+        info: dict[str, Any],
+        model_path: str,
+        api_key: str | None = None,
+    ) -> None:
         self._ranks = ranks
+        self._bearer = b"Bearer " + api_key.encode() if api_key is not None else None
         self._picker = RankPicker(ranks)
         self._model = model
         # Prompts are read for the prefix cache only where decoding takes time (an instant rank
@@ -151,7 +161,12 @@ class SimApp:
         if query >= 0:
             path = path[:query]
         route = self._routes.get(path)
-        if route is None:
+        # Exactly one Authorization, the right one: a second (a client's, leaked) is refused too.
+        if self._bearer is not None and [v for n, v in request.headers if n == b"authorization"] != [
+            self._bearer
+        ]:
+            responder.respond(401, r.JSON_HEADERS, _UNAUTHORIZED)
+        elif route is None:
             responder.respond(404, r.JSON_HEADERS, _NOT_FOUND)
         elif request.method not in route[0]:
             responder.respond(405, [*r.JSON_HEADERS, (b"allow", b", ".join(route[0]))], _NOT_ALLOWED)

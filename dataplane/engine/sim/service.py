@@ -129,6 +129,7 @@ async def serve(settings: SimSettings, model_path: str) -> int:
             model=settings.model,
             info=server_info(settings, model_path, settings.port),
             model_path=model_path,
+            api_key=settings.api_key,
         )
         try:
             server = await start_server(app, settings.host, settings.port)

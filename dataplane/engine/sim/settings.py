@@ -12,7 +12,7 @@ import dataclasses
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NoReturn
 
 from controlplane.envflags import EnvArgumentParser
@@ -55,6 +55,7 @@ class SimSettings:
     seed: int
     publish_interval: int
     tick_s: float
+    api_key: str | None = field(default=None, repr=False)
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -133,6 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="advertise enable_http2 (serve h2c prior knowledge)",
     )
     p.add_argument("--model", default=DEFAULT_MODEL, help="served model name")
+    p.add_argument(
+        "--api-key",
+        default=None,
+        metavar="KEY",
+        help="answer 401 to any request without Authorization: Bearer KEY (as SGLang's --api-key; "
+        "every path, /health included)",
+    )
     p.add_argument("--model-path", default=None, help="local model directory (default: a temp dir)")
     p.add_argument("--dp-size", type=_int_at_least(1, 256), default=1, help="data-parallel ranks")
     p.add_argument(
@@ -239,6 +247,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> SimSettings:
         seed=args.seed,
         publish_interval=args.load_snapshot_publish_interval,
         tick_s=args.tick_ms / 1000.0,
+        api_key=args.api_key,
     )
 
 

@@ -35,11 +35,11 @@ async def get_json(pool: UpstreamPool, path: bytes, timeout_s: float) -> Any:
     return msgspec.json.decode(body)
 
 
-async def probe_protocol(address: WorkerAddress, timeout_s: float = 2.0) -> str:
+async def probe_protocol(address: WorkerAddress, timeout_s: float = 2.0, api_key: str | None = None) -> str:
     """``h2c`` if forced or if ``/server_info`` says ``enable_http2: true``, else ``http1``."""
     if address.forced_h2c:
         return H2C
-    pool = make_pool(WorkerSpec(address.url, HTTP1, ()))
+    pool = make_pool(WorkerSpec(address.url, HTTP1, ()), api_key=api_key)
     try:
         info = await get_json(pool, b"/server_info", timeout_s)
     except (RouterError, DiscoveryError, msgspec.DecodeError):
@@ -49,9 +49,11 @@ async def probe_protocol(address: WorkerAddress, timeout_s: float = 2.0) -> str:
     return H2C if isinstance(info, dict) and info.get("enable_http2") is True else HTTP1
 
 
-async def read_models(spec: WorkerSpec, *, attempts: int = 8, timeout_s: float = 2.0) -> tuple[str, ...]:
+async def read_models(
+    spec: WorkerSpec, *, attempts: int = 8, timeout_s: float = 2.0, api_key: str | None = None
+) -> tuple[str, ...]:
     """The ids listed by the worker's ``GET /v1/models`` (OpenAI shape), retried with backoff."""
-    pool = make_pool(spec)
+    pool = make_pool(spec, api_key=api_key)
     delay_s = 0.05
     last = "no answer"
     try:
@@ -75,13 +77,14 @@ async def read_models(spec: WorkerSpec, *, attempts: int = 8, timeout_s: float =
     raise DiscoveryError(f"could not read the models of {spec.url}: {last}")
 
 
-async def discover(url: str) -> WorkerSpec:
-    """The ``WorkerSpec`` of a ``--worker`` URL (raises ``WorkerUrlError``/``DiscoveryError``)."""
+async def discover(url: str, api_key: str | None = None) -> WorkerSpec:
+    """The ``WorkerSpec`` of a ``--worker`` URL (raises ``WorkerUrlError``/``DiscoveryError``);
+    ``api_key``: the worker's (``--worker-api-key``)."""
     address = WorkerAddress.parse(url)
-    protocol = await probe_protocol(address)
-    models = await read_models(WorkerSpec(address.url, protocol, ()))
+    protocol = await probe_protocol(address, api_key=api_key)
+    models = await read_models(WorkerSpec(address.url, protocol, ()), api_key=api_key)
     if protocol == HTTP1 and not address.forced_h2c:
         # The probe may have failed only because the worker was still starting (read_models
         # retries for that race): now that it answers, ask once more.
-        protocol = await probe_protocol(address)
+        protocol = await probe_protocol(address, api_key=api_key)
     return WorkerSpec(address.url, protocol, models)

@@ -93,16 +93,21 @@ class WorkerSpecLike(Protocol):
     def models(self) -> Sequence[str]: ...
 
 
-def make_pool(spec: WorkerSpec, timeouts: UpstreamTimeouts | None = None) -> UpstreamPool:
-    """The upstream pool for a worker's protocol: the one place the protocol is chosen."""
+def make_pool(
+    spec: WorkerSpec, timeouts: UpstreamTimeouts | None = None, api_key: str | None = None
+) -> UpstreamPool:
+    """The upstream pool for a worker's protocol: the one place the protocol is chosen.
+
+    ``api_key``: sent on every request of the pool (``--worker-api-key``): forwarded requests,
+    health checks and probes, discovery."""
     address = WorkerAddress.parse(spec.url)
     if spec.protocol == H2C:
         from dataplane.router.upstream.h2c.pool import H2Pool
 
-        return H2Pool(address.host, address.port, timeouts=timeouts)
+        return H2Pool(address.host, address.port, timeouts=timeouts, api_key=api_key)
     from dataplane.router.upstream.h1.pool import H1Pool
 
-    return H1Pool(address.host, address.port, timeouts=timeouts)
+    return H1Pool(address.host, address.port, timeouts=timeouts, api_key=api_key)
 
 
 class Worker:

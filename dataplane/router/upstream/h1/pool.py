@@ -43,12 +43,17 @@ class H1Pool:
         idle_ttl_s: float = 4.0,
         connect_timeout_s: float = 5.0,
         timeouts: UpstreamTimeouts | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.host = host
         self.timeouts = timeouts or UpstreamTimeouts()
         self.port = port
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._host_line = b"\r\nhost: " + authority.encode("ascii")
+        if api_key is not None:
+            # The worker's key (SGLang's --api-key) rides in the line every request head starts
+            # with: no per-request work (the client's own credentials were dropped, headers.py).
+            self._host_line += b"\r\nauthorization: Bearer " + api_key.encode("ascii")
         self._max_idle = max_idle
         self._idle_ttl_s = idle_ttl_s
         self._connect_timeout_s = connect_timeout_s

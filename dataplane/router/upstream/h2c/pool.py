@@ -40,8 +40,13 @@ class H2Pool:
         stream_window_bytes: int = DEFAULT_STREAM_WINDOW,
         connect_timeout_s: float = 5.0,
         timeouts: UpstreamTimeouts | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.host = host
+        # The worker's key (SGLang's --api-key), added to every request's headers.
+        self._auth: list[tuple[bytes, bytes]] = (
+            [(b"authorization", b"Bearer " + api_key.encode("ascii"))] if api_key is not None else []
+        )
         self._timeouts = timeouts or UpstreamTimeouts()
         self.port = port
         self._authority = (f"[{host}]:{port}" if ":" in host else f"{host}:{port}").encode()
@@ -72,6 +77,8 @@ class H2Pool:
         # Bound once: get_running_loop() is a getpid() syscall per call on 3.11.
         loop = self._loop or self._bind_loop()
         deadline = loop.time() + timeout_s
+        if self._auth:
+            headers = headers + self._auth
         conn = self._pick() or await self._acquire(deadline)
         stream = conn.start(method, path, headers, body, deadline)
         try:
