@@ -90,7 +90,7 @@ from dataplane.http.request import (
     answer_internal_error,
     spawn,
 )
-from dataplane.http.server import HttpServer, start_server
+from dataplane.http.server import HttpServer, server_tls, start_server
 
 __all__ = [
     "DEFERRED",
@@ -102,6 +102,7 @@ __all__ = [
     "Responder",
     "ServerLimits",
     "answer_internal_error",
+    "server_tls",
     "spawn",
     "start_server",
 ]

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Callable
 
 from dataplane.http.context import ServerContext
@@ -90,6 +91,17 @@ class HttpServer:
                     _log.exception("http timeout check failed")
 
 
+def server_tls(cert: str, key: str) -> ssl.SSLContext:
+    """A server context for ``cert``/``key`` (PEM) offering ALPN ``h2`` then ``http/1.1``
+    (RFC 7301; RFC 9113 §3.2: h2 over TLS is chosen by ALPN); TLS 1.2 at least (RFC 9113 §9.2).
+    Raises ``ssl.SSLError``/``OSError`` for unusable files."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    return context
+
+
 async def start_server(
     handler: Handler,
     host: str | None = "127.0.0.1",
@@ -100,10 +112,13 @@ async def start_server(
     sock: socket.socket | None = None,
     backlog: int = 1024,
     on_refusal: Callable[[bytes, int], None] | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> HttpServer:
     """Listen on ``host:port`` (or ``sock``) and serve HTTP/1.1 and h2c with ``handler``.
 
     ``on_refusal(target, status)`` is called for each request the server answers itself.
+    ``tls``: serve HTTPS (``server_tls``): a client that chose ``h2`` by ALPN starts with the
+    HTTP/2 preface, so the same detection picks the protocol (RFC 9113 §3.2).
     """
     loop = asyncio.get_running_loop()
     ctx = ServerContext(handler=handler, limits=limits or ServerLimits(), loop=loop, on_refusal=on_refusal)
@@ -112,7 +127,9 @@ async def start_server(
         return Http1Connection(ctx)
 
     if sock is not None:
-        server = await loop.create_server(factory, sock=sock, backlog=backlog)
+        server = await loop.create_server(factory, sock=sock, backlog=backlog, ssl=tls)
     else:
-        server = await loop.create_server(factory, host, port, reuse_port=reuse_port or None, backlog=backlog)
+        server = await loop.create_server(
+            factory, host, port, reuse_port=reuse_port or None, backlog=backlog, ssl=tls
+        )
     return HttpServer(server, ctx)

@@ -13,12 +13,13 @@ import functools
 import gc
 import os
 import signal
+import ssl
 import sys
 
 import structlog
 
 from dataplane.errors import StartupError
-from dataplane.http import HttpServer, ServerLimits, start_server
+from dataplane.http import HttpServer, ServerLimits, server_tls, start_server
 from dataplane.router.admission import Admission
 from dataplane.router.balancer import Balancer
 from dataplane.router.control.channel import control_settings
@@ -99,6 +100,15 @@ class Router:
             max_buffered_body_bytes=settings.max_buffered_body_bytes,
             max_connection_body_bytes=settings.max_connection_body_bytes,
         )
+        tls = None
+        if settings.listen_tls_cert is not None and settings.listen_tls_key is not None:
+            try:
+                tls = server_tls(str(settings.listen_tls_cert), str(settings.listen_tls_key))
+            except (ssl.SSLError, OSError) as exc:
+                raise StartupError(
+                    f"--listen-tls-cert {str(settings.listen_tls_cert)!r}/--listen-tls-key "
+                    f"{str(settings.listen_tls_key)!r}: unusable ({getattr(exc, 'reason', None) or exc})"
+                ) from None
         self.health.start()
         self.late.start()
         try:
@@ -109,6 +119,7 @@ class Router:
                 limits=limits,
                 reuse_port=os.environ.get(REUSE_PORT_ENV) == "1",
                 on_refusal=self._count_refusal,
+                tls=tls,
             )
         except OSError as exc:
             await self.health.stop()
@@ -197,7 +208,8 @@ async def _serve_until_signal(router: Router, settings: RouterSettings, port: in
     host = f"[{settings.listen_host}]" if ":" in settings.listen_host else settings.listen_host
     # One write per line: with --processes N every child prints it, and unbuffered print()
     # writes the text and the newline separately (the lines would interleave).
-    print(f"router listening on http://{host}:{port}\n", end="", flush=True)
+    scheme = "https" if settings.listen_tls_cert is not None else "http"
+    print(f"router listening on {scheme}://{host}:{port}\n", end="", flush=True)
     log.info("router started", port=port, workers=len(settings.workers), policy=settings.policy.value)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -68,6 +68,9 @@ class RouterSettings:
     api_keys: ClientKeys | None = None
     # Sent to every worker as ``Authorization: Bearer`` (SGLang's --api-key); never shown.
     worker_api_key: str | None = field(default=None, repr=False)
+    # The listener's certificate chain and key (None: plain HTTP/1.1 and h2c).
+    listen_tls_cert: Path | None = None
+    listen_tls_key: Path | None = None
     # Not flags (yet): house defaults.
     retry_attempts: int = 3
     drain_grace_s: float = 30.0
@@ -75,7 +78,8 @@ class RouterSettings:
     @property
     def listen_url(self) -> str:
         host = f"[{self.listen_host}]" if ":" in self.listen_host else self.listen_host
-        return f"http://{host}:{self.listen_port}"
+        scheme = "https" if self.listen_tls_cert is not None else "http"
+        return f"{scheme}://{host}:{self.listen_port}"
 
 
 def _whole(text: str) -> int:
@@ -150,6 +154,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help="read --worker-api-key from FILE (not with --worker-api-key)",
+    )
+    parser.add_argument(
+        "--listen-tls-cert",
+        default=None,
+        metavar="FILE",
+        help="serve HTTPS with this certificate chain (PEM; with --listen-tls-key): HTTP/2 or "
+        "HTTP/1.1 chosen by ALPN",
+    )
+    parser.add_argument(
+        "--listen-tls-key", default=None, metavar="FILE", help="private key of --listen-tls-cert (PEM)"
     )
     parser.add_argument(
         "--worker",
@@ -395,6 +409,20 @@ def _worker_api_key(key: str | None, key_file: str | None) -> str | None:
     return key
 
 
+def _listen_tls(cert: str | None, key: str | None) -> tuple[Path | None, Path | None]:
+    if (cert is None) != (key is None):
+        given, missing = (
+            ("--listen-tls-cert", "--listen-tls-key") if cert else ("--listen-tls-key", "--listen-tls-cert")
+        )
+        raise SettingsError(f"{given} {cert or key!r}: needs {missing} too")
+    if cert is None or key is None:
+        return None, None
+    for flag, value in (("--listen-tls-cert", cert), ("--listen-tls-key", key)):
+        if not Path(value).is_file():
+            raise SettingsError(f"{flag} {value!r}: no such file")
+    return Path(cert), Path(key)
+
+
 def settings_from_args(args: argparse.Namespace) -> RouterSettings:
     """Validate the parsed flags (raises ``SettingsError``)."""
     host, port = parse_listen(args.listen)
@@ -491,7 +519,10 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
             if args.router_id and control_plane
             else None
         )
+    listen_tls_cert, listen_tls_key = _listen_tls(args.listen_tls_cert, args.listen_tls_key)
     return RouterSettings(
+        listen_tls_cert=listen_tls_cert,
+        listen_tls_key=listen_tls_key,
         api_keys=_api_keys(args.api_keys),
         worker_api_key=_worker_api_key(args.worker_api_key, args.worker_api_key_file),
         listen_host=host,

@@ -30,7 +30,7 @@ from pathlib import Path
 from tests.fakes.process import ROOT as ROOT
 from tests.fakes.process import ListeningProcess, has_flag
 
-LISTENING_RE = re.compile(r"router listening on (?P<url>http://(?P<host>\S+):(?P<port>\d+))")
+LISTENING_RE = re.compile(r"router listening on (?P<url>https?://(?P<host>\S+):(?P<port>\d+))")
 _SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?) (\S+)$")
 
 
