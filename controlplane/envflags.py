@@ -20,7 +20,9 @@ from typing import Any, NoReturn
 
 ENV_PREFIX = "FLEETPLANE_"
 # Flags whose value is a secret: --help says a value is set, never which.
-SECRET_OPTIONS = frozenset({"--token", "--worker-api-key"})
+SECRET_OPTIONS = frozenset({"--token", "--worker-api-key", "--api-key"})
+# ``--log-level`` of every process (router, control plane, engine-sim, up): names -> logging levels.
+LOG_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 # Actions whose default came from the environment, and actions whose help is already final (an
 # action's parser copies it onto a subcommand's parser with the default shown, see ``help_text``).
 _FROM_ENV: weakref.WeakSet[argparse.Action] = weakref.WeakSet()

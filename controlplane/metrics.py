@@ -12,11 +12,29 @@ cost more than the rest of the per-frame accounting.
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+
+def package_version() -> str:
+    """fleetplane's version from its package metadata (``fleetplane --version``, build info)."""
+    try:
+        return importlib.metadata.version("fleetplane")
+    except importlib.metadata.PackageNotFoundError:  # run from a tree that was never installed
+        return "unknown"
+
+
+# The default registry already carries prometheus-client's process and platform collectors
+# (process_*, python_info); this names the build, as every Prometheus-instrumented service does.
+BUILD_INFO = Gauge(
+    "fleetplane_build_info", "Always 1; the version and Python of this process", ["version", "python"]
+)
+BUILD_INFO.labels(package_version(), platform.python_version()).set(1)
 
 WATCHERS = Gauge("fleetplane_control_watchers", "Open watch streams, by stream", ["stream"])
 CONTRACT_REVISION = Gauge("fleetplane_control_contract_revision", "Store revision of the live contract set")

@@ -19,7 +19,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"fleetplane router: {exc}", file=sys.stderr, flush=True)
         return 2
-    configure_logging()
+    from controlplane.envflags import LOG_LEVELS
+
+    configure_logging(LOG_LEVELS[args.log_level])
     if settings.processes > 1:
         from dataplane.router.process.supervisor import run_supervised
 

@@ -16,6 +16,7 @@ import sys
 import structlog
 
 from controlplane.app import ControlPlane
+from controlplane.envflags import LOG_LEVELS
 from controlplane.errors import StartupError
 from controlplane.server.logs import configure_logging
 from controlplane.settings import (
@@ -29,6 +30,12 @@ STARTUP_ERROR_EXIT = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="least severe log lines written to stderr",
+    )
     parser.add_argument(
         "--listen",
         default=DEFAULT_LISTEN,
@@ -101,7 +108,7 @@ def _run_loop(settings: ControlSettings) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging()
+    configure_logging(LOG_LEVELS[args.log_level])
     try:
         settings = settings_from_args(args)
         _run_loop(settings)

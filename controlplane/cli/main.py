@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = EnvArgumentParser(
         prog="fleetplane", description="fleetplane: sampling contracts + real-load routing"
     )
+    parser.add_argument("--version", action="version", version=f"fleetplane {_version()}")
     # Completion scripts generated from these parsers, so they follow every flag (shtab).
     shtab.add_argument_to(parser, ["--print-completion"])
     # It acts only when given (no environment variable reads it): its help says what it does.
@@ -98,6 +99,16 @@ def _run(parser: argparse.ArgumentParser, args: list[str]) -> int:
         # second error when the interpreter flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def _version() -> str:
+    """From the package metadata (as ``fleetplane_build_info`` reports it)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("fleetplane")
+    except importlib.metadata.PackageNotFoundError:  # run from a tree that was never installed
+        return "unknown"
 
 
 def _not_built(name: str) -> Callable[[argparse.Namespace], int]:

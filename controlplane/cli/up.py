@@ -56,6 +56,12 @@ RESTART_RESET_AFTER_S = 60.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="least severe log lines of every process it starts (their FLEETPLANE_LOG_LEVEL)",
+    )
     parser.add_argument("--workdir", default="./.fleetplane", help="state directory (SQLite store, logs)")
     parser.add_argument("--router-port", type=_port, default=8080, help="router HTTP port on 127.0.0.1")
     parser.add_argument("--control-port", type=_port, default=50051, help="control plane gRPC port")
@@ -431,6 +437,8 @@ def _banner(fleet: Fleet, router: str, control: str, http_port: int, engines: li
 
 
 def run(args: argparse.Namespace) -> int:
+    # Every child reads its --log-level from the environment (envflags): one setting for all.
+    os.environ["FLEETPLANE_LOG_LEVEL"] = args.log_level
     workdir = Path(args.workdir).resolve()
     try:
         _check_workdir(workdir)

@@ -22,10 +22,12 @@ families are gathered at scrape time and merged (``process.metrics``, ``process.
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterator
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
@@ -96,6 +98,9 @@ class RouterMetrics:
         self.upstream: dict[tuple[str, str, str], int] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
+        # process_* (CPU, memory, fds, start time) and python_info, as on the control plane.
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
         # Under ``--processes N``: the whole router's exposition (``process.metrics``), which
         # ``/metrics`` answers instead of this process's ``render()``.
         self.aggregate: Callable[[], Awaitable[bytes]] | None = None
@@ -211,6 +216,13 @@ class _Collector(Collector):
             "Revision of the applied contract set (-1: none received yet).",
             value=contracts.revision if contracts is not None else -1,
         )
+        build = GaugeMetricFamily(
+            "fleetplane_build_info",
+            "Always 1; the version and Python of this process",
+            labels=["version", "python"],
+        )
+        build.add_metric([_VERSION, platform.python_version()], 1)
+        yield build
         yield GaugeMetricFamily(
             "fleetplane_control_plane_connected",
             "1 while the control-plane streams are up (always 0 in standalone mode).",
@@ -227,6 +239,16 @@ class _Collector(Collector):
         if state.control_plane_replica:
             replica.add_metric([state.control_plane_replica], 1)
         yield replica
+
+
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("fleetplane")
+    except importlib.metadata.PackageNotFoundError:  # run from a tree that was never installed
+        return "unknown"
+
+
+_VERSION = _package_version()
 
 
 def _bound(bound: float) -> str:

@@ -101,6 +101,12 @@ def _seconds(text: str) -> float:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The SPEC §1 ``fleetplane router`` flags (shared by ``python -m dataplane`` and the CLI)."""
     parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="least severe log lines written to stderr",
+    )
+    parser.add_argument(
         "--listen",
         default="127.0.0.1:8080",
         metavar="HOST:PORT",

@@ -63,7 +63,7 @@ def server_info(settings: SimSettings, model_path: str, port: int) -> dict[str, 
     return info
 
 
-def _configure_logging() -> None:
+def _configure_logging(level: int = logging.INFO) -> None:
     # stdout carries only the listening line; structured logs go to stderr (SPEC §8).
     renderer: Any = (
         structlog.dev.ConsoleRenderer() if sys.stderr.isatty() else structlog.processors.JSONRenderer()
@@ -75,7 +75,7 @@ def _configure_logging() -> None:
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
     )
 
@@ -181,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model_path, own_dir = prepare_model_dir(settings)
     except StartupError as exc:
         return _fail(str(exc))
-    _configure_logging()
+    _configure_logging(settings.log_level)
     loop_factory = None
     with contextlib.suppress(ImportError):
         import uvloop

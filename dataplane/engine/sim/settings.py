@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NoReturn
 
-from controlplane.envflags import EnvArgumentParser
+from controlplane.envflags import LOG_LEVELS, EnvArgumentParser
 from dataplane.engine.endpoints import KvEventSockets, LoadPubRange, kv_event_sockets, resolve_load_pub_range
 from dataplane.engine.publisher import LOAD_PUBLISH_INTERVAL
 from dataplane.engine.sim import costs as c
@@ -55,6 +55,7 @@ class SimSettings:
     seed: int
     publish_interval: int
     tick_s: float
+    log_level: int = 20
     api_key: str | None = field(default=None, repr=False)
 
     @property
@@ -134,6 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="advertise enable_http2 (serve h2c prior knowledge)",
     )
     p.add_argument("--model", default=DEFAULT_MODEL, help="served model name")
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="least severe log lines written to stderr",
+    )
     p.add_argument(
         "--api-key",
         default=None,
@@ -248,6 +255,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> SimSettings:
         publish_interval=args.load_snapshot_publish_interval,
         tick_s=args.tick_ms / 1000.0,
         api_key=args.api_key,
+        log_level=LOG_LEVELS[args.log_level],
     )
 
 

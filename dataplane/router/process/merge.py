@@ -32,7 +32,16 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 MIN_FAMILIES = frozenset(
-    ("fleetplane_contract_revision", "fleetplane_control_plane_connected", "fleetplane_worker_healthy")
+    (
+        "fleetplane_contract_revision",
+        "fleetplane_control_plane_connected",
+        "fleetplane_worker_healthy",
+        # The same in every process (1), and the router's start is its first process's.
+        "fleetplane_build_info",
+        "python_info",
+        "process_start_time_seconds",
+        "process_max_fds",
+    )
 )
 # Families whose totals must survive a process restart (they only ever go up).
 CARRIED_TYPES = frozenset(("counter", "histogram"))

@@ -1,0 +1,57 @@
+"""What an operator reads first: ``fleetplane --version``, build and process metrics on both planes, ``--log-level``."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import time
+import urllib.request
+
+from tests.fakes.cli import fleetplane
+from tests.fakes.control_plane import ControlPlaneProcess
+from tests.fakes.router import RouterProcess
+
+VERSION = importlib.metadata.version("fleetplane")
+
+
+def _metrics(url: str) -> str:
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as answer:
+        return str(answer.read().decode())
+
+
+def test_version_comes_from_the_package() -> None:
+    """``fleetplane --version`` prints the installed package's version."""
+    done = fleetplane("--version")
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"fleetplane {VERSION}"
+
+
+def test_both_planes_expose_build_info_and_process_metrics() -> None:
+    """Router and control plane ``/metrics`` name the build and carry process_* and python_info."""
+    build = f'fleetplane_build_info{{python="{platform.python_version()}",version="{VERSION}"}} 1.0'
+    with ControlPlaneProcess() as control, RouterProcess() as router:
+        for text in (_metrics(router.url), _metrics(control.http_url)):
+            assert build in text
+            assert "process_resident_memory_bytes" in text
+            assert "process_cpu_seconds_total" in text
+            assert "python_info{" in text
+
+
+def test_log_level_warning_silences_info_lines() -> None:
+    """``--log-level warning``: the router's and the control plane's info lines are not written."""
+    with RouterProcess("--log-level", "warning") as quiet, RouterProcess() as chatty:
+        time.sleep(0.5)
+        assert any('"router started"' in line or "router started" in line for line in chatty.output)
+        assert not any("router started" in line for line in quiet.output)
+    with ControlPlaneProcess("--log-level", "error") as quiet_cp, ControlPlaneProcess() as chatty_cp:
+        time.sleep(0.5)
+        assert any('"level": "info"' in line for line in chatty_cp.log_lines)
+        assert not any('"level": "info"' in line for line in quiet_cp.log_lines)
+
+
+def test_a_bad_log_level_is_one_startup_line() -> None:
+    """``--log-level loud`` stops the router with one line naming the flag and the choices."""
+    done = fleetplane("router", "--log-level", "loud")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--log-level" in lines[0] and "warning" in lines[0], done.stderr
