@@ -28,6 +28,7 @@ from controlplane.server.auth import TokenFileError, TokenTable, load_tokens
 from controlplane.server.component import AppContext, Component, ComponentFactory
 from controlplane.server.contract_service import contract_component
 from controlplane.server.contract_views import ContractViews
+from controlplane.server.grpc_metrics import MetricsInterceptor
 from controlplane.server.health import ListingHealthServicer
 from controlplane.server.http import StatusHttpServer
 from controlplane.server.interceptor import ServiceInterceptor
@@ -154,7 +155,10 @@ class ControlPlane:
         )
         self._components = [await factory(ctx) for factory in self._factories]
 
-        server = aio.server(interceptors=[ServiceInterceptor(tokens)], options=SERVER_OPTIONS)
+        # Metrics outermost: the calls auth refuses are counted too.
+        server = aio.server(
+            interceptors=[MetricsInterceptor(), ServiceInterceptor(tokens)], options=SERVER_OPTIONS
+        )
         self._server = server
         names = [HEALTH_SERVICE]
         for component in self._components:

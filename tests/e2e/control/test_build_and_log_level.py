@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import platform
 import time
 import urllib.request
+from pathlib import Path
 
 from tests.fakes.cli import fleetplane
 from tests.fakes.control_plane import ControlPlaneProcess
@@ -14,8 +16,11 @@ from tests.fakes.router import RouterProcess
 VERSION = importlib.metadata.version("fleetplane")
 
 
-def _metrics(url: str) -> str:
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as answer:
+def _metrics(url: str, token: str | None = None) -> str:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    with urllib.request.urlopen(
+        urllib.request.Request(url + "/metrics", headers=headers), timeout=10
+    ) as answer:
         return str(answer.read().decode())
 
 
@@ -55,3 +60,19 @@ def test_a_bad_log_level_is_one_startup_line() -> None:
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "--log-level" in lines[0] and "warning" in lines[0], done.stderr
+
+
+def test_grpc_calls_are_counted_and_timed_by_method_and_code(tmp_path: Path) -> None:
+    """After an answered and a refused call, /metrics counts each under its method and code, with a latency histogram."""
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"op": {"token": "op-token-0123456789", "role": "viewer"}}))
+    with ControlPlaneProcess("--auth-tokens", str(tokens)) as control:
+        ok = fleetplane("stats", "--control-plane", control.target, "--token", "op-token-0123456789")
+        assert ok.returncode == 0, ok.stderr
+        refused = fleetplane("stats", "--control-plane", control.target, "--token", "wrong-token-0123456")
+        assert refused.returncode != 0
+        text = _metrics(control.http_url, "op-token-0123456789")
+    labels = 'grpc_method="GetRejectionStats",grpc_service="controlplane.v1.RouterService",grpc_type="unary"'
+    assert f'grpc_server_handled_total{{grpc_code="OK",{labels}}} 1.0' in text
+    assert f'grpc_server_handled_total{{grpc_code="UNAUTHENTICATED",{labels}}} 1.0' in text
+    assert f'grpc_server_handling_seconds_count{{grpc_code="OK",{labels}}} 1.0' in text
