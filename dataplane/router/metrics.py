@@ -87,6 +87,33 @@ class RouteStats:
         self.sum_s += duration_s
 
 
+class Timing:
+    """One duration histogram as plain numbers (buckets of ``BUCKETS_S``), rendered at scrape."""
+
+    __slots__ = ("buckets", "count", "sum_s")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * (len(BUCKETS_S) + 1)
+        self.count = 0
+        self.sum_s = 0.0
+
+    def observe(self, duration_s: float) -> None:
+        self.buckets[bisect_left(BUCKETS_S, duration_s)] += 1
+        self.count += 1
+        self.sum_s += duration_s
+
+
+class UpstreamTiming:
+    """Per worker protocol: time to the worker's response head, and to the end of its answer,
+    both from the request's arrival at the router."""
+
+    __slots__ = ("duration", "first_byte")
+
+    def __init__(self) -> None:
+        self.first_byte = Timing()
+        self.duration = Timing()
+
+
 class RouterMetrics:
     """Every router metric; ``render()`` is the ``/metrics`` body."""
 
@@ -96,6 +123,8 @@ class RouterMetrics:
         self.admission = admission
         self.routes: dict[str, RouteStats] = {}
         self.upstream: dict[tuple[str, str, str], int] = {}
+        # By worker protocol (``UpstreamPool.protocol``); made once, read on the hot path.
+        self.timing: dict[str, UpstreamTiming] = {"http1": UpstreamTiming(), "h2c": UpstreamTiming()}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
         # process_* (CPU, memory, fds, start time) and python_info, as on the control plane.
@@ -172,11 +201,7 @@ class _Collector(Collector):
         for name, stats in sorted(m.routes.items()):
             for status, n in sorted(stats.by_status.items()):
                 requests.add_metric([name, str(status)], n)
-            cumulative, buckets = 0, []
-            for bound, n in zip((*BUCKETS_S, float("inf")), stats.buckets, strict=True):
-                cumulative += n
-                buckets.append((_bound(bound), cumulative))
-            duration.add_metric([name], buckets, stats.sum_s)
+            duration.add_metric([name], _buckets(stats.buckets), stats.sum_s)
         yield requests
         yield duration
 
@@ -188,6 +213,22 @@ class _Collector(Collector):
         for (url, protocol, outcome), n in sorted(m.upstream.items()):
             upstream.add_metric([url, protocol, outcome], n)
         yield upstream
+        first_byte = HistogramMetricFamily(
+            "fleetplane_upstream_first_byte_seconds",
+            "Time from a request's arrival to its worker's response head, by worker protocol.",
+            labels=["protocol"],
+        )
+        upstream_duration = HistogramMetricFamily(
+            "fleetplane_upstream_duration_seconds",
+            "Time from a request's arrival to the end of its worker's answer (streams included), "
+            "by worker protocol.",
+            labels=["protocol"],
+        )
+        for protocol, timing in sorted(m.timing.items()):
+            first_byte.add_metric([protocol], _buckets(timing.first_byte.buckets), timing.first_byte.sum_s)
+            upstream_duration.add_metric([protocol], _buckets(timing.duration.buckets), timing.duration.sum_s)
+        yield first_byte
+        yield upstream_duration
 
         inflight = GaugeMetricFamily(
             "fleetplane_worker_inflight",
@@ -249,6 +290,14 @@ def _package_version() -> str:
 
 
 _VERSION = _package_version()
+
+
+def _buckets(counts: list[int]) -> list[tuple[str, float]]:
+    cumulative, buckets = 0, []
+    for bound, n in zip((*BUCKETS_S, float("inf")), counts, strict=True):
+        cumulative += n
+        buckets.append((_bound(bound), float(cumulative)))
+    return buckets
 
 
 def _bound(bound: float) -> str:

@@ -102,6 +102,9 @@ class Exchange:
         responder = self._responder
         responder.on_disconnect(None)
         worker = self._worker
+        timing = self._proxy.metrics.timing[worker.protocol]
+        waited = perf_counter() - self._started
+        timing.first_byte.observe(waited)
         complete = response.buffered_body()
         if complete is None:
             # Still on its way (a large answer, or SSE): relay it in a task, as the task path
@@ -139,6 +142,7 @@ class Exchange:
             if worker.consecutive_failures:  # record_success() only matters after failures
                 worker.record_success()
             self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, OK)
+            timing.duration.observe(waited)  # the whole answer came with its head
         except Exception:
             self._bug()
             return

@@ -264,6 +264,7 @@ class Forwarder:
             if slot is not None:
                 try:
                     status = await self._forward(
+                        started,
                         request,
                         responder,
                         target,
@@ -295,6 +296,7 @@ class Forwarder:
     # -- forwarding ------------------------------------------------------------------------
     async def _forward(
         self,
+        started: float,
         request: Request,
         responder: Responder,
         target: bytes,
@@ -356,6 +358,9 @@ class Forwarder:
                 worker.work -= work
                 metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
                 raise
+            timing = metrics.timing[worker.protocol]
+            waited = perf_counter() - started
+            timing.first_byte.observe(waited)
             complete = response.buffered_body()
             if complete is not None:  # the small-answer fast path: no relay coroutine
                 worker.inflight -= 1
@@ -365,9 +370,12 @@ class Forwarder:
                 )
                 worker.record_success()
                 metrics.upstream_outcome(worker.url, worker.protocol, OK)
+                timing.duration.observe(waited)  # the whole answer came with its head
                 return response.status
             try:
-                return await relay(self._metrics, responder, worker, response, extra, stream)
+                status = await relay(self._metrics, responder, worker, response, extra, stream)
+                timing.duration.observe(perf_counter() - started)
+                return status
             finally:
                 worker.inflight -= 1
                 worker.work -= work

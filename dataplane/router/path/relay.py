@@ -122,6 +122,7 @@ async def relay_rest(
     try:
         try:
             status = await relay(metrics, responder, worker, response, extra, stream)
+            metrics.timing[worker.protocol].duration.observe(perf_counter() - started)
         finally:
             worker.inflight -= 1
             worker.work -= work

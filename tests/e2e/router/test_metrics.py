@@ -40,3 +40,27 @@ def test_metric_values_after_a_known_sequence(sims: tuple[EngineSim, EngineSim])
         assert m["fleetplane_admission_queue_depth"] == 0
         assert m["fleetplane_contract_revision"] == 0
         assert m["fleetplane_control_plane_connected"] == 0
+
+
+def test_upstream_first_byte_and_duration_by_worker_protocol() -> None:
+    """Answers from an HTTP/1.1 and an h2c worker, plain and streamed, are counted in both upstream
+    histograms under their worker's protocol; refusals before any worker are not."""
+    with (
+        EngineSim("--model", "h1-model") as h1,
+        EngineSim("--model", "h2-model", "--http2") as h2,
+        RouterProcess(
+            "--worker", h1.url, "--worker", h2.url, "--override-sampling-params", '{"top_k": 5}'
+        ) as router,
+    ):
+        for model in ("h1-model", "h2-model"):
+            assert post(router.url, CHAT, chat(model))[0] == 200
+            assert post(router.url, CHAT, chat(model, stream=True))[0] == 200
+        assert post(router.url, CHAT, chat("h1-model", top_k=9))[0] == 400  # refused: no worker saw it
+        m = router.metrics()
+    for protocol in ("http1", "h2c"):
+        assert m[series("fleetplane_upstream_first_byte_seconds_count", protocol=protocol)] == 2
+        assert m[series("fleetplane_upstream_duration_seconds_count", protocol=protocol)] == 2
+        assert (
+            m[series("fleetplane_upstream_duration_seconds_sum", protocol=protocol)]
+            >= m[series("fleetplane_upstream_first_byte_seconds_sum", protocol=protocol)]
+        )

@@ -11,7 +11,7 @@ from dataplane.errors import UpstreamTimeout
 from dataplane.http import Responder
 from dataplane.router.admission import Admission
 from dataplane.router.fleet.workers import Worker, WorkerSpec
-from dataplane.router.metrics import RouteStats
+from dataplane.router.metrics import RouteStats, UpstreamTiming
 from dataplane.router.path.exchange import Exchange
 
 Headers = list[tuple[bytes, bytes]]
@@ -47,6 +47,7 @@ class Metrics:
     def __init__(self, broken: bool = False) -> None:
         self.outcomes: list[str] = []
         self.broken = broken
+        self.timing = {"http1": UpstreamTiming(), "h2c": UpstreamTiming()}
 
     def upstream_outcome(self, url: str, protocol: str, outcome: str) -> None:
         if self.broken:
