@@ -60,9 +60,9 @@ def _rejections() -> dict[str, Any]:
     ledger = RejectionLedger()
     history = RejectionHistory()
     history.record(NOW - 120, {})
-    ledger.observe("edge-1", "b1", {("*", "temperature"): 4, ("llama", "top_p"): 1})
+    ledger.observe("edge-1", "b1", {("*", "temperature", ""): 4, ("llama", "top_p", ""): 1})
     history.record(NOW - 50, dict(ledger.totals().by_field))
-    ledger.observe("edge-1", "b1", {("*", "temperature"): 6})
+    ledger.observe("edge-1", "b1", {("*", "temperature", ""): 6})
     history.record(NOW, dict(ledger.totals().by_field))  # as the section does on every read
     return rejections_data(ledger.totals(), history, NOW)
 

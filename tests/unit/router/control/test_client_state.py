@@ -60,7 +60,7 @@ async def test_report_names_this_boots_ejected_workers_only() -> None:
     target = Recorder()
     target.ejected = ["http://w1:1"]
     settings = ControlClientSettings(target="127.0.0.1:1", router_id="r1")
-    client = ControlPlaneClient(settings, target, predecessors=[BootCounts("old", {("*", "n"): 1})])
+    client = ControlPlaneClient(settings, target, predecessors=[BootCounts("old", {("*", "n", ""): 1})])
     assert list(client.build_report().ejected_workers) == ["http://w1:1"]
     (old,) = client.predecessor_reports()
     assert old.boot_id == "old" and list(old.ejected_workers) == []
