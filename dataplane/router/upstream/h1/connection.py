@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import socket
 from collections import deque
-from collections.abc import AsyncIterator
 from typing import Protocol, cast
 
 import httptools
@@ -118,7 +117,15 @@ class H1Response:
         self._size = 0
         return body
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    def chunks(self) -> H1Response:
+        # The answer is its own async iterator (as h2c's H2Stream), not an async generator:
+        # mypyc compiles no async generators (scripts/build_mypyc.sh).
+        return self
+
+    def __aiter__(self) -> H1Response:
+        return self
+
+    async def __anext__(self) -> bytes:
         buf = self._chunks
         while True:
             if buf:
@@ -130,12 +137,11 @@ class H1Response:
                 if self._paused:
                     self._paused = False
                     self._conn.resume_reading()
-                yield chunk
-                continue
+                return chunk
             if self._done:
                 if self._error is not None:
                     raise self._error
-                return
+                raise StopAsyncIteration
             # The connection's loop, not get_running_loop(): that is a getpid() syscall per
             # call on 3.11, and a streamed answer waits here once per chunk.
             self._waiter = self._conn._loop.create_future()

@@ -24,6 +24,7 @@ from dataplane.router.body import RequestBody
 from dataplane.router.headers import DROPPED
 from dataplane.router.upstream.base import UpstreamTimeouts
 from dataplane.router.upstream.deadlines import Deadlines
+from dataplane.router.upstream.h2c.frames import CANCEL
 
 _DEFAULT_TIMEOUTS = UpstreamTimeouts()
 
@@ -46,7 +47,8 @@ class _Owner(Protocol):
     deadlines: Deadlines
 
     def consumed(self, stream_id: int, nbytes: int) -> None: ...
-    def cancel(self, stream: H2Stream, code: int = ...) -> None: ...
+    # The real default, not ``...``: compiled (scripts/build_mypyc.sh), a default is a value.
+    def cancel(self, stream: H2Stream, code: int = CANCEL) -> None: ...
 
 
 class H2Stream:
