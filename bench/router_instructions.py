@@ -196,8 +196,6 @@ async def _drive(mode: str, n: int) -> None:
     from dataplane.router.app import Router
     from dataplane.router.fleet.workers import WorkerSpec
     from dataplane.router.settings import build_parser, settings_from_args
-    from dataplane.router.upstream.h1 import connection as h1_connection
-    from dataplane.router.upstream.h1 import pool as upstream_h1
 
     loop = asyncio.get_running_loop()
     request = ROUTE_REQUESTS.get(mode, REQUEST)
@@ -244,16 +242,7 @@ async def _drive(mode: str, n: int) -> None:
         if workers:
             router.state.apply_loads(_fresh_views(urls))
 
-        async def connect(pool: upstream_h1.H1Pool, _: object, __: float) -> h1_connection.H1Connection:
-            conn = h1_connection.H1Connection(pool)
-            # The worker answers in a later loop turn, as a socket read would.
-            conn.connection_made(
-                MemoryTransport(lambda _: loop.call_soon(conn.data_received, UPSTREAM_ANSWER))
-            )
-            return conn
-
-        upstream_h1.H1Pool._connect = connect  # type: ignore[method-assign,assignment]
-        handler = router.proxy.handle
+        handler: Any = router.proxy.handle
     else:
         head_end = UPSTREAM_ANSWER.index(b"\r\n\r\n")
         headers = [tuple(line.split(b": ", 1)) for line in UPSTREAM_ANSWER[:head_end].split(b"\r\n")[1:-1]]
@@ -279,6 +268,24 @@ async def _drive(mode: str, n: int) -> None:
     client.connection_made(MemoryTransport(on_answer))  # type: ignore[arg-type]
     loop.call_soon(client.data_received, request)
     await done
+
+
+def _memory_loop() -> Any:
+    """uvloop whose connections to a worker are in memory: the upstream pool's own connect path
+    runs (patching the pool would not reach it once compiled: scripts/build_mypyc.sh)."""
+    import uvloop
+
+    class MemoryLoop(uvloop.Loop):
+        async def create_connection(  # type: ignore[override]
+            self, factory: Callable[[], Any], *_: object, **__: object
+        ) -> Any:
+            conn = factory()
+            # The worker answers in a later loop turn, as a socket read would.
+            transport = MemoryTransport(lambda _: self.call_soon(conn.data_received, UPSTREAM_ANSWER))
+            conn.connection_made(transport)
+            return transport, conn
+
+    return MemoryLoop()
 
 
 def _instructions(mode: str, n: int) -> int:
@@ -325,7 +332,7 @@ def main() -> int:
 
         gc.collect()
         gc.freeze()
-        uvloop.run(_drive(args.inner, args.requests))
+        uvloop.run(_drive(args.inner, args.requests), loop_factory=_memory_loop)
         return 0
     if shutil.which("valgrind") is None:
         print("valgrind not found: install it with `apt-get install -y valgrind`", file=sys.stderr)
