@@ -29,6 +29,30 @@ _FROM_ENV: weakref.WeakSet[argparse.Action] = weakref.WeakSet()
 _FINAL_HELP: weakref.WeakSet[argparse.Action] = weakref.WeakSet()
 
 
+def read_key(flag: str, key: str | None, file_flag: str, key_file: str | None) -> str | None:
+    """A secret given as ``flag`` or as the contents of ``file_flag`` (one trailing newline is not
+    part of it), checked to be one header-safe token: it goes into an ``Authorization`` line as is.
+
+    Raises ``ValueError`` naming the flag (never the key); each plane turns it into its own
+    startup error.
+    """
+    if key_file is not None:
+        if key is not None:
+            raise ValueError(f"{flag}/{file_flag}: give one of them, not both")
+        try:
+            with open(key_file, encoding="utf-8") as f:
+                key = f.read().removesuffix("\n").removesuffix("\r")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise ValueError(f"{file_flag} {key_file!r}: cannot read ({reason})") from None
+    if key is None:
+        return None
+    if not key or not key.isascii() or not key.isprintable() or " " in key:
+        source = f"{file_flag} {key_file!r}" if key_file is not None else flag
+        raise ValueError(f"{source}: must be one key, printable ASCII without spaces")
+    return key
+
+
 def env_name(option: str) -> str:
     """``--max-body-bytes`` -> ``FLEETPLANE_MAX_BODY_BYTES``."""
     return ENV_PREFIX + option.lstrip("-").replace("-", "_").upper()

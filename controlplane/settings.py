@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import ipaddress
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from controlplane.envflags import read_key
 from controlplane.errors import SettingsError
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
@@ -119,6 +120,8 @@ class ControlSettings:
     load_stale_after_s: float = 3.0
     load_push_interval_ms: int = 50
     shutdown_grace_s: float = 2.0
+    # Sent to workers on discovery (SGLang's --api-key); never shown (repr=False).
+    worker_api_key: str | None = field(default=None, repr=False)
 
     @staticmethod
     def build(
@@ -132,6 +135,8 @@ class ControlSettings:
         http_listen: str | None = DEFAULT_HTTP_LISTEN,
         load_stale_after_s: float = 3.0,
         load_push_interval_ms: int = 50,
+        worker_api_key: str | None = None,
+        worker_api_key_file: str | None = None,
     ) -> ControlSettings:
         """Validate raw flag values (``http_listen`` None, "" or "off" disables HTTP)."""
         address = parse_address("--listen", listen)
@@ -165,6 +170,10 @@ class ControlSettings:
             raise SettingsError(f"--load-stale-after-s {load_stale_after_s}: must be a number of seconds > 0")
         if load_push_interval_ms < 1:
             raise SettingsError(f"--load-push-interval-ms {load_push_interval_ms}: must be >= 1")
+        try:
+            key = read_key("--worker-api-key", worker_api_key, "--worker-api-key-file", worker_api_key_file)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
         return ControlSettings(
             listen=address,
             store=parse_store(store),
@@ -173,4 +182,5 @@ class ControlSettings:
             http_listen=http,
             load_stale_after_s=load_stale_after_s,
             load_push_interval_ms=load_push_interval_ms,
+            worker_api_key=key,
         )

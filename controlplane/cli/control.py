@@ -68,6 +68,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--load-stale-after-s", type=float, default=3.0, help="rank load goes STALE after")
     parser.add_argument("--load-push-interval-ms", type=int, default=50, help="WatchLoads push period")
+    parser.add_argument(
+        "--worker-api-key",
+        default=None,
+        metavar="KEY",
+        help="sent to workers as Authorization: Bearer KEY when discovering them (SGLang's --api-key; "
+        "the routers take their own --worker-api-key); shows in ps: prefer the environment or "
+        "--worker-api-key-file",
+    )
+    parser.add_argument(
+        "--worker-api-key-file",
+        default=None,
+        metavar="FILE",
+        help="read --worker-api-key from FILE (not with --worker-api-key)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> ControlSettings:
@@ -81,6 +95,8 @@ def settings_from_args(args: argparse.Namespace) -> ControlSettings:
         http_listen=args.http_listen,
         load_stale_after_s=args.load_stale_after_s,
         load_push_interval_ms=args.load_push_interval_ms,
+        worker_api_key=args.worker_api_key,
+        worker_api_key_file=args.worker_api_key_file,
     )
 
 

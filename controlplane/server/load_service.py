@@ -26,6 +26,7 @@ from controlplane.metrics import add_freshness_source
 from controlplane.server.component import AppContext, Component, ServiceBinding, StatusSection
 from controlplane.store.etcd_workers import EtcdWorkerRegistry
 from controlplane.v1 import load_pb2, load_pb2_grpc
+from controlplane.workers.discovery import Discoverer
 
 log = structlog.get_logger("controlplane.loads")
 
@@ -202,6 +203,7 @@ async def load_component(ctx: AppContext) -> Component:
         ctx.workers,
         stale_after_s=ctx.settings.load_stale_after_s,
         push_interval_s=ctx.settings.load_push_interval_ms / 1000,
+        discoverer=Discoverer(worker_api_key=ctx.settings.worker_api_key),
     )
     await plane.start()
     background = [plane.hub.run, plane.run_rediscovery]

@@ -14,6 +14,7 @@ others over HTTP/1.1 first and over h2c when the answer is not HTTP/1.1.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -148,8 +149,14 @@ class Discoverer:
         timeout_s: float = ATTEMPT_TIMEOUT_S,
         first_backoff_s: float = FIRST_BACKOFF_S,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        worker_api_key: str | None = None,
     ) -> None:
-        self._get = get or fetch
+        if get is None:
+            # SGLang's --api-key guards /server_info and /v1/models too: ask with the key.
+            get = functools.partial(
+                fetch, authorization=f"Bearer {worker_api_key}" if worker_api_key else None
+            )
+        self._get = get
         self._attempts = attempts
         self._timeout_s = timeout_s
         self._first_backoff_s = first_backoff_s
@@ -247,7 +254,9 @@ class Discoverer:
         raise AssertionError("unreachable")
 
 
-async def fetch(worker: WorkerUrl, path: str, h2c_first: bool, timeout_s: float) -> tuple[int, bytes, bool]:
+async def fetch(
+    worker: WorkerUrl, path: str, h2c_first: bool, timeout_s: float, authorization: str | None = None
+) -> tuple[int, bytes, bool]:
     """``(status, body, spoke_h2c)``; falls back to the other protocol on a mismatch."""
     order = (True, False) if h2c_first else (False, True)
     last: Exception | None = None
@@ -255,9 +264,13 @@ async def fetch(worker: WorkerUrl, path: str, h2c_first: bool, timeout_s: float)
         try:
             async with asyncio.timeout(timeout_s):
                 if use_h2c:
-                    status, body = await get_h2c(worker.host, worker.connect_port, worker.authority, path)
+                    status, body = await get_h2c(
+                        worker.host, worker.connect_port, worker.authority, path, authorization
+                    )
                 else:
-                    status, body = await get_h1(worker.host, worker.connect_port, worker.authority, path)
+                    status, body = await get_h1(
+                        worker.host, worker.connect_port, worker.authority, path, authorization
+                    )
             return status, body, use_h2c
         except ProtocolMismatch as exc:
             last = exc

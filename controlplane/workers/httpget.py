@@ -30,12 +30,15 @@ class ProtocolMismatch(HttpGetError):
     """The peer does not speak the protocol we tried (or closed before any answer)."""
 
 
-async def get_h1(host: str, port: int, authority: str, path: str) -> tuple[int, bytes]:
-    """``(status, body)`` of ``GET path`` over HTTP/1.1."""
+async def get_h1(
+    host: str, port: int, authority: str, path: str, authorization: str | None = None
+) -> tuple[int, bytes]:
+    """``(status, body)`` of ``GET path`` over HTTP/1.1 (with ``Authorization`` when given)."""
     reader, writer = await _connect(host, port)
     try:
+        auth = f"Authorization: {authorization}\r\n" if authorization else ""
         writer.write(
-            f"GET {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: application/json\r\n"
+            f"GET {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: application/json\r\n{auth}"
             "User-Agent: fleetplane-control\r\nConnection: close\r\n\r\n".encode("ascii")
         )
         collector = _H1Collector()
@@ -86,8 +89,10 @@ class _H1Collector:
         self.done = True
 
 
-async def get_h2c(host: str, port: int, authority: str, path: str) -> tuple[int, bytes]:
-    """``(status, body)`` of ``GET path`` over HTTP/2 with prior knowledge."""
+async def get_h2c(
+    host: str, port: int, authority: str, path: str, authorization: str | None = None
+) -> tuple[int, bytes]:
+    """``(status, body)`` of ``GET path`` over HTTP/2 with prior knowledge (``Authorization`` when given)."""
     reader, writer = await _connect(host, port)
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
     try:
@@ -102,6 +107,7 @@ async def get_h2c(host: str, port: int, authority: str, path: str) -> tuple[int,
                 (":path", path),
                 ("accept", "application/json"),
                 ("user-agent", "fleetplane-control"),
+                *([("authorization", authorization)] if authorization else []),
             ],
             end_stream=True,
         )

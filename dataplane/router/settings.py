@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controlplane.contracts import ContractError, SamplingContract, parse_contract_json
-from controlplane.envflags import EnvArgumentParser
+from controlplane.envflags import EnvArgumentParser, read_key
 from dataplane.errors import SettingsError
 from dataplane.router.balancer import Policy
 from dataplane.router.clients import ApiKeysError, ClientKeys, parse_api_keys
@@ -398,21 +398,10 @@ def _api_keys(path: str | None) -> ClientKeys | None:
 
 def _worker_api_key(key: str | None, key_file: str | None) -> str | None:
     """``--worker-api-key`` or the contents of ``--worker-api-key-file`` (the key is never shown)."""
-    if key_file is not None:
-        if key is not None:
-            raise SettingsError("--worker-api-key/--worker-api-key-file: give one of them, not both")
-        try:
-            key = Path(key_file).read_text(encoding="utf-8").removesuffix("\n").removesuffix("\r")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-            raise SettingsError(f"--worker-api-key-file {key_file!r}: cannot read ({reason})") from None
-    if key is None:
-        return None
-    # It goes into a header line as is: nothing that could end the line or the field.
-    if not key or not key.isascii() or not key.isprintable() or " " in key:
-        source = f"--worker-api-key-file {key_file!r}" if key_file is not None else "--worker-api-key"
-        raise SettingsError(f"{source}: must be one key, printable ASCII without spaces")
-    return key
+    try:
+        return read_key("--worker-api-key", key, "--worker-api-key-file", key_file)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def _listen_tls(cert: str | None, key: str | None) -> tuple[Path | None, Path | None]:
