@@ -3,9 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
-# The test oracle (tests/fakes/sglang_engine): SGLang's own request code, without its
-# dependencies (torch, CUDA kernels); the few pure ones its request modules import are dev deps.
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps sglang==0.5.23
+./scripts/install_oracle.sh
 ./scripts/install_etcd.sh
 ./scripts/install_promtool.sh
 ./scripts/install_chromium.sh
