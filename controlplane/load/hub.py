@@ -122,7 +122,9 @@ class LoadHub:
 
     def publish(self) -> bool:
         """Turn the table's pending changes into a new version; True if there were any."""
-        now = self._clock()
+        return self._publish(self._clock())
+
+    def _publish(self, now: float) -> bool:
         changes = self._table.take_changes(now)
         if not changes:
             return False
@@ -150,8 +152,19 @@ class LoadHub:
     # -- what watchers read -------------------------------------------------------------
 
     def full(self) -> Delta:
-        """Every worker as of now, at the current version."""
+        """Every worker as of now, at a version that includes every change made until now.
+
+        The view is encoded from the table as it is, so it already shows what is still pending
+        there: frames since the last push and, above all, a rank whose deadline passed before
+        the ticker re-evaluated freshness (it does so once per tick, while a view computes
+        freshness at ``now``). Left pending, those would be published after this version and
+        sent to the new watcher as changes it has already seen (SPEC §6: after the full view,
+        only changed workers). So they are published first, at this same ``now``. Other
+        watchers get that version early; each watcher's stream still sends at most one
+        message per push interval (``LoadServicer.WatchLoads``).
+        """
         now = self._clock()
+        self._publish(now)
         workers = []
         for url in self._table.urls():
             ranks = self._table.rank_states(url)

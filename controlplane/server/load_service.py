@@ -133,6 +133,11 @@ class LoadServicer(load_pb2_grpc.LoadServiceServicer):
         shared = self._shared.get(since)
         if shared is None:
             delta = hub.full() if since is None else hub.since(since)
+            if delta.version != self._shared_version:
+                # A full view first publishes what is pending (``LoadHub.full``): the
+                # messages kept were for the version before.
+                self._shared_version = delta.version
+                self._shared.clear()
             message = (
                 watch_response(delta.full, delta.workers, delta.removed, self._wall()) if delta else None
             )

@@ -32,18 +32,39 @@ async def test_slow_watcher_gets_only_the_newest_state_of_each_worker() -> None:
     table = LoadTable(stale_after_s=3.0)
     hub = LoadHub(table, push_interval_s=0.05, clock=clock)
     (a,) = table.set_worker(A, ["tcp://h:1"])
-    table.set_worker(B, ["tcp://h:2"])
+    (b,) = table.set_worker(B, ["tcp://h:2"])
     with hub.subscribe():
         start = hub.full()
         assert start.full and set(decode(start.workers)) == {A, B}
-        hub.publish()
+        table.record_frame(b, 0, LoadStat(7, 0, 0, 10, 0), clock.now)
         for seq in range(50):
             table.record_frame(a, seq, LoadStat(seq, 0, 0, 10, 0), clock.now)
             assert hub.publish()
         delta = hub.since(start.version)
-    assert not delta.full and delta.version == start.version + 51
+    assert not delta.full and delta.version == start.version + 50
     assert len(delta.workers) == 2
     assert decode(delta.workers)[A].num_running_reqs == 49
+
+
+async def test_a_full_view_is_not_followed_by_what_it_already_showed() -> None:
+    """A frame and a rank's deadline passing before the full view are not sent again as changes."""
+    clock = Clock()
+    table = LoadTable(stale_after_s=3.0)
+    hub = LoadHub(table, push_interval_s=0.05, clock=clock)
+    (a,) = table.set_worker(A, ["tcp://h:1"])
+    (b,) = table.set_worker(B, ["tcp://h:2"])
+    table.record_frame(a, 0, LoadStat(1, 0, 0, 10, 0), clock.now)
+    hub.publish()
+    clock.now = 3.5  # A's deadline has passed; no tick has re-evaluated freshness yet
+    table.record_frame(b, 0, LoadStat(2, 0, 0, 10, 0), clock.now)
+    with hub.subscribe():
+        start = hub.full()
+        shown = decode(start.workers)
+        assert shown[A].freshness == load_pb2.FRESHNESS_STALE and shown[B].num_running_reqs == 2
+        clock.now = 3.6
+        hub.publish()
+        delta = hub.since(start.version)
+    assert not delta
 
 
 async def test_removed_worker_is_reported_once_and_not_after_readding() -> None:
