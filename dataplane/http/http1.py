@@ -249,7 +249,7 @@ class Http1Connection(WriteBackpressure):
         parts = self._body
         body = b"" if parts is None else parts[0] if len(parts) == 1 else b"".join(parts)
         method = parser.get_method()
-        resp = H1Responder(self, keep_alive, method == b"HEAD", http10)
+        resp = H1Responder(self, keep_alive, method, http10)
         if self._counted:
             self._held += self._counted
             self._counted = 0
@@ -312,7 +312,7 @@ class Http1Connection(WriteBackpressure):
         self._discarding = True
         self._in_message = False
         self._deadline = 0.0
-        resp = H1Responder(self, False, False, False)
+        resp = H1Responder(self, False, b"", False)
         resp._linger = True
         self._queue.append(resp)
         resp.respond(*answer)

@@ -63,14 +63,18 @@ class H1Responder(Responder):
         "_task",
     )
 
-    def __init__(self, conn: AnswerQueue, keep_alive: bool, head: bool, http10: bool) -> None:
+    def __init__(self, conn: AnswerQueue, keep_alive: bool, method: bytes, http10: bool) -> None:
         # Base-class state, set inline (no super() call on the per-request path).
         self._disc = False
         self._disc_waiter = None
         self._on_disc = None
+        self.method = method
+        self.error_code = None
+        self.client_name = None
+        self.upstream = None
         self._conn = conn
         self._keep_alive = keep_alive
-        self._head = head
+        self._head = method == b"HEAD"
         self._http10 = http10
         self._state = NEW
         self._close = False

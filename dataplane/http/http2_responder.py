@@ -76,6 +76,10 @@ class H2Responder(Responder):
         self._disc = False
         self._disc_waiter = None
         self._on_disc = None
+        self.method = method
+        self.error_code = None
+        self.client_name = None
+        self.upstream = None
         self._conn = conn
         self._sid = sid
         self._method = method

@@ -67,13 +67,20 @@ class Responder:
     Calls after the client went away are silently ignored, except ``write``, which raises.
     """
 
-    # Disconnect bookkeeping is shared by both protocols; the rest is per protocol.
-    __slots__ = ("_disc", "_disc_waiter", "_on_disc")
+    # Disconnect bookkeeping is shared by both protocols; the rest is per protocol. The public
+    # slots are what a handler's access log reads when the answer ends: the request method, the
+    # ``x-router-error-code`` of an ``answer_error``, and two the handler sets itself (the client
+    # it authenticated, the upstream it chose); None until known.
+    __slots__ = ("_disc", "_disc_waiter", "_on_disc", "client_name", "error_code", "method", "upstream")
 
     def __init__(self) -> None:
         self._disc = False
         self._disc_waiter: asyncio.Future[None] | None = None
         self._on_disc: Callable[[], object] | None = None
+        self.method = b""
+        self.error_code: str | None = None
+        self.client_name: str | None = None
+        self.upstream: str | None = None
 
     def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         raise NotImplementedError
@@ -85,6 +92,7 @@ class Responder:
         """Answer ``err`` (SPEC §5: its status, ``x-router-error-code``, the envelope; plus
         ``extra`` headers); its status, for the caller's metrics."""
         status, headers, body = error_answer(err, extra)
+        self.error_code = err.code
         self.respond(status, headers, body)
         return status
 

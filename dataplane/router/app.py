@@ -20,6 +20,7 @@ import structlog
 
 from dataplane.errors import StartupError
 from dataplane.http import HttpServer, ServerLimits, server_tls, start_server
+from dataplane.router.access_log import AccessLog
 from dataplane.router.admission import Admission
 from dataplane.router.balancer import Balancer
 from dataplane.router.control.channel import control_settings
@@ -55,7 +56,8 @@ class Router:
         )
         self.admission = Admission(settings.max_concurrency, settings.queue_size, settings.queue_timeout_s)
         self.balancer: Balancer[Worker] = Balancer(settings.policy, Worker.load, Worker.wait)
-        self.metrics = RouterMetrics(self.state, self.admission, settings.api_keys)
+        self.access_log = AccessLog(settings.access_log, self.state) if settings.access_log else None
+        self.metrics = RouterMetrics(self.state, self.admission, settings.api_keys, self.access_log)
         # Under the --processes supervisor: /metrics answers for every process (process_metrics).
         self.process_metrics = process_metrics_from_env(self.metrics)
         self.proxy = Proxy(
@@ -109,6 +111,11 @@ class Router:
                     f"--listen-tls-cert {str(settings.listen_tls_cert)!r}/--listen-tls-key "
                     f"{str(settings.listen_tls_key)!r}: unusable ({getattr(exc, 'reason', None) or exc})"
                 ) from None
+        if self.access_log is not None:
+            try:
+                self.access_log.start()
+            except OSError as exc:
+                raise StartupError(f"--access-log {self.access_log.sink!r}: {exc.strerror or exc}") from None
         self.health.start()
         self.late.start()
         try:
@@ -124,6 +131,8 @@ class Router:
         except OSError as exc:
             await self.health.stop()
             await self.late.stop()
+            if self.access_log is not None:
+                await self.access_log.stop()
             raise StartupError(
                 f"--listen {settings.listen_host}:{settings.listen_port}: {exc.strerror or exc}"
             ) from None
@@ -145,6 +154,8 @@ class Router:
             await self.process_metrics.stop()
         await self.health.stop()
         await self.late.stop()
+        if self.access_log is not None:
+            await self.access_log.stop()  # after the drain: the last answers' lines too
         await self.state.close()
 
 

@@ -14,7 +14,8 @@ rejection), ``fleetplane_requests_total{route,code}`` (code = HTTP status),
 ``fleetplane_admission_queue_depth``, ``fleetplane_contract_revision``,
 ``fleetplane_control_plane_connected``, ``fleetplane_control_plane_replica{address}``; with
 ``--api-keys``: ``fleetplane_client_requests_total{client}`` and
-``fleetplane_client_rejections_total{client,param}`` (names from the key file: bounded).
+``fleetplane_client_rejections_total{client,param}`` (names from the key file: bounded); with
+``--access-log``: ``fleetplane_access_log_dropped_total``.
 
 Under ``--processes N`` every child's ``/metrics`` answers for the whole router: its siblings'
 families are gathered at scrape time and merged (``process.metrics``, ``process.merge``).
@@ -31,6 +32,8 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from dataplane.http import Responder
+from dataplane.router.access_log import AccessLog
 from dataplane.router.admission import Admission
 from dataplane.router.clients import ClientKeys
 from dataplane.router.state import RouterState
@@ -70,21 +73,27 @@ BUCKETS_S: tuple[float, ...] = (
 class RouteStats:
     """Counters of one route: answers by status and the duration histogram."""
 
-    __slots__ = ("buckets", "by_status", "count", "route", "sum_s")
+    __slots__ = ("access", "buckets", "by_status", "count", "route", "sum_s")
 
-    def __init__(self, route: str) -> None:
+    def __init__(self, route: str, access: AccessLog | None = None) -> None:
         self.route = route
+        # --access-log: every answer counted here is also a line of the access log (one place
+        # that sees every answer's route, status and duration; the responder carries the rest).
+        self.access = access
         self.by_status: dict[int, int] = {}
         self.buckets = [0] * (len(BUCKETS_S) + 1)  # last slot: above the largest bound
         self.count = 0
         self.sum_s = 0.0
 
-    def observe(self, status: int, duration_s: float) -> None:
+    def observe(self, status: int, duration_s: float, responder: Responder | None = None) -> None:
         by_status = self.by_status
         by_status[status] = by_status.get(status, 0) + 1
         self.buckets[bisect_left(BUCKETS_S, duration_s)] += 1
         self.count += 1
         self.sum_s += duration_s
+        access = self.access
+        if access is not None:
+            access.record(self.route, status, duration_s, responder)
 
 
 class Timing:
@@ -117,8 +126,15 @@ class UpstreamTiming:
 class RouterMetrics:
     """Every router metric; ``render()`` is the ``/metrics`` body."""
 
-    def __init__(self, state: RouterState, admission: Admission, keys: ClientKeys | None = None) -> None:
+    def __init__(
+        self,
+        state: RouterState,
+        admission: Admission,
+        keys: ClientKeys | None = None,
+        access: AccessLog | None = None,
+    ) -> None:
         self.state = state
+        self.access = access
         self.keys = keys
         self.admission = admission
         self.routes: dict[str, RouteStats] = {}
@@ -138,7 +154,7 @@ class RouterMetrics:
         """The cached stats of a route (create once, keep the object on the hot path)."""
         stats = self.routes.get(name)
         if stats is None:
-            stats = self.routes[name] = RouteStats(name)
+            stats = self.routes[name] = RouteStats(name, self.access)
         return stats
 
     def upstream_outcome(self, url: str, protocol: str, outcome: str) -> None:
@@ -213,6 +229,12 @@ class _Collector(Collector):
         for (url, protocol, outcome), n in sorted(m.upstream.items()):
             upstream.add_metric([url, protocol, outcome], n)
         yield upstream
+        if m.access is not None:
+            yield CounterMetricFamily(
+                "fleetplane_access_log_dropped",
+                "Access-log lines dropped: the buffer was full or the sink refused the write.",
+                value=m.access.dropped,
+            )
         first_byte = HistogramMetricFamily(
             "fleetplane_upstream_first_byte_seconds",
             "Time from a request's arrival to its worker's response head, by worker protocol.",

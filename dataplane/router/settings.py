@@ -71,6 +71,8 @@ class RouterSettings:
     # The listener's certificate chain and key (None: plain HTTP/1.1 and h2c).
     listen_tls_cert: Path | None = None
     listen_tls_key: Path | None = None
+    # --access-log: "stderr" or a file path; None: off.
+    access_log: str | None = None
     # Not flags (yet): house defaults.
     retry_attempts: int = 3
     drain_grace_s: float = 30.0
@@ -147,6 +149,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help='client API keys, a JSON object {"NAME": {"key": "..."}}: every request but the health, '
         "readiness, metrics and contract pages needs one (Authorization: Bearer KEY or x-api-key: KEY), "
         "else 401 invalid_api_key; NAME is the client in metrics and stats",
+    )
+    parser.add_argument(
+        "--access-log",
+        default="off",
+        metavar="off|stderr|FILE",
+        help="write one JSON line per request (time, route, method, status, error code, duration_s from "
+        "arrival, client name, worker URL, contract revision) to stderr or appended to FILE, in "
+        "batches about every 0.5 s; lines past a full buffer are dropped and counted "
+        "(fleetplane_access_log_dropped_total)",
     )
     parser.add_argument(
         "--worker-api-key",
@@ -519,6 +530,7 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         listen_tls_cert=listen_tls_cert,
         listen_tls_key=listen_tls_key,
         api_keys=_api_keys(args.api_keys),
+        access_log=None if args.access_log in ("off", "") else args.access_log,
         worker_api_key=_worker_api_key(args.worker_api_key, args.worker_api_key_file),
         listen_host=host,
         listen_port=port,

@@ -147,7 +147,7 @@ class Exchange:
             self._bug()
             return
         self._slot.release()
-        self._stats.observe(status, perf_counter() - self._started)
+        self._stats.observe(status, perf_counter() - self._started, self._responder)
 
     def on_failure(self, error: RouterError) -> None:
         self.conn = None
@@ -164,7 +164,7 @@ class Exchange:
             self._bug()
             return
         self._slot.release()
-        self._stats.observe(status, perf_counter() - self._started)
+        self._stats.observe(status, perf_counter() - self._started, self._responder)
 
     # -- Responder.on_disconnect -----------------------------------------------------------
     def on_client_gone(self) -> None:
@@ -181,7 +181,7 @@ class Exchange:
             self._bug()
             return
         self._slot.release()
-        self._stats.observe(CLIENT_CLOSED, perf_counter() - self._started)
+        self._stats.observe(CLIENT_CLOSED, perf_counter() - self._started, self._responder)
 
     def _bug(self) -> None:
         """A callback failed: answer 500 (or abort), close the upstream exchange, give back

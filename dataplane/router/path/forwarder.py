@@ -160,6 +160,7 @@ class Forwarder:
                 slot,
                 worker,
             )
+        responder.upstream = worker.url
         exchange = Exchange(self, stats, started, request, responder, worker, slot, extra, stream, work)
         worker.inflight += 1
         worker.work += work
@@ -287,7 +288,7 @@ class Forwarder:
             status = CLIENT_CLOSED
         finally:
             responder.on_disconnect(None)
-        stats.observe(status, perf_counter() - started)
+        stats.observe(status, perf_counter() - started, responder)
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop:
         self._loop = asyncio.get_running_loop()
@@ -330,6 +331,7 @@ class Forwarder:
                     err = UpstreamUnreachable() if tried else NoHealthyWorkers()
                     return responder.answer_error(err, extra)
                 worker = self._balancer.pick(candidates) if len(candidates) > 1 else candidates[0]
+            responder.upstream = worker.url
             worker.inflight += 1
             worker.work += work
             try:

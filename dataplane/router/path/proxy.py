@@ -104,9 +104,12 @@ class Proxy(Forwarder):
         if keys is not None and not open_:
             found = keys.client_of(request.headers)
             if found is None:
-                stats.observe(responder.answer_error(InvalidApiKey(), _CHALLENGE), perf_counter() - started)
+                stats.observe(
+                    responder.answer_error(InvalidApiKey(), _CHALLENGE), perf_counter() - started, responder
+                )
                 return None
             client = found
+            responder.client_name = found
         if route is not None:
             if method not in route.methods:
                 status = responder.answer_error(MethodNotAllowed(), route.allow)
@@ -156,19 +159,19 @@ class Proxy(Forwarder):
             if method == b"GET" or method == b"HEAD":  # HEAD: the server sends the head only
                 answered = answer(responder)
                 if not isinstance(answered, int):  # /metrics of a --processes router (process_metrics)
-                    return self._answer_later(stats, started, answered)
+                    return self._answer_later(stats, started, answered, responder)
                 status = answered
             else:
                 status = responder.answer_error(MethodNotAllowed(), _ALLOW_GET)
         else:
             status = responder.answer_error(RouteNotFound(), _NONE)
-        stats.observe(status, perf_counter() - started)
+        stats.observe(status, perf_counter() - started, responder)
         return None
 
     async def _answer_later(
-        self, stats: RouteStats, started: float, answer: Coroutine[Any, Any, int]
+        self, stats: RouteStats, started: float, answer: Coroutine[Any, Any, int], responder: Responder
     ) -> None:
-        stats.observe(await answer, perf_counter() - started)
+        stats.observe(await answer, perf_counter() - started, responder)
 
     def _classify(self, raw_target: bytes) -> _Target:
         """Classify a request target (SPEC §5.1): its canonical path, the target to forward it

@@ -134,4 +134,4 @@ async def relay_rest(
         status = CLIENT_CLOSED
     finally:
         responder.on_disconnect(None)
-    stats.observe(status, perf_counter() - started)
+    stats.observe(status, perf_counter() - started, responder)
