@@ -167,7 +167,9 @@ def _metric_table(families: list[tuple[Metric, tuple[str, ...]]]) -> list[str]:
 
 def metrics_reference() -> str:
     import controlplane.app  # noqa: F401  (registers every control-plane metric)
+    from dataplane.router.access_log import AccessLog
     from dataplane.router.admission import Admission
+    from dataplane.router.clients import parse_api_keys
     from dataplane.router.metrics import RouterMetrics
     from dataplane.router.state import RouterState
 
@@ -180,7 +182,10 @@ def metrics_reference() -> str:
         {n for c, names in REGISTRY._collector_to_names.items() if c not in control for n in names}
     )
     standard_families = sorted({n.removesuffix("_total").removesuffix("_created") for n in standard})
-    router = RouterMetrics(RouterState(), Admission(1, 0, 1.0)).registry
+    # With every optional family on: --api-keys (client counts) and --access-log (dropped lines).
+    state = RouterState()
+    keys = parse_api_keys('{"example": {"key": "sk-example-0123456789abcdef"}}')
+    router = RouterMetrics(state, Admission(1, 0, 1.0), keys, AccessLog("stderr", state)).registry
     router_collectors = list(router._collector_to_names) or [router]
     lines = [
         "# Metrics reference",

@@ -232,7 +232,7 @@ class _Collector(Collector):
         if m.access is not None:
             yield CounterMetricFamily(
                 "fleetplane_access_log_dropped",
-                "Access-log lines dropped: the buffer was full or the sink refused the write.",
+                "With --access-log: lines dropped because the buffer was full or the sink refused the write.",
                 value=m.access.dropped,
             )
         first_byte = HistogramMetricFamily(

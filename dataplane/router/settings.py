@@ -153,9 +153,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--access-log",
         default="off",
-        metavar="off|stderr|FILE",
-        help="write one JSON line per request (time, route, method, status, error code, duration_s from "
-        "arrival, client name, worker URL, contract revision) to stderr or appended to FILE, in "
+        metavar="SINK",
+        help="off, stderr, or FILE (appended to): one JSON line per request (time, route, method, status, "
+        "error code, duration_s from arrival, client name, worker URL, contract revision), written in "
         "batches about every 0.5 s; lines past a full buffer are dropped and counted "
         "(fleetplane_access_log_dropped_total)",
     )
@@ -392,6 +392,15 @@ def _token(token: str | None, token_file: str | None) -> str | None:
     return text
 
 
+def _access_log(sink: str) -> str | None:
+    if sink == "off":
+        return None
+    if sink in ("", "on"):
+        # "on" would otherwise become a file named "on" in the working directory.
+        raise SettingsError(f"--access-log {sink!r}: give off, stderr, or the FILE to append to")
+    return sink
+
+
 def _api_keys(path: str | None) -> ClientKeys | None:
     """The clients of ``--api-keys FILE`` (the error names the file and the problem, never a key)."""
     if path is None:
@@ -530,7 +539,7 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         listen_tls_cert=listen_tls_cert,
         listen_tls_key=listen_tls_key,
         api_keys=_api_keys(args.api_keys),
-        access_log=None if args.access_log in ("off", "") else args.access_log,
+        access_log=_access_log(args.access_log),
         worker_api_key=_worker_api_key(args.worker_api_key, args.worker_api_key_file),
         listen_host=host,
         listen_port=port,

@@ -11,6 +11,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from tests.fakes.cli import fleetplane
 from tests.fakes.engine_sim import EngineSim
 from tests.fakes.raw_http import CONTRACT, MODEL, request
 from tests.fakes.router import RouterProcess, series
@@ -158,3 +159,11 @@ def test_stderr_gets_the_lines_among_the_router_logs(sim: EngineSim) -> None:
             found = [json.loads(x) for x in router.output if x.startswith("{") and '"route"' in x]
             time.sleep(0.05)
     assert [(x["route"], x["status"], x["code"]) for x in found] == [("other", 404, "route_not_found")]
+
+
+def test_a_sink_that_cannot_be_opened_stops_the_router_with_one_line(sim: EngineSim, tmp_path: Path) -> None:
+    """A FILE in a missing directory: exit 2 and one line naming the flag, the path and why."""
+    missing = tmp_path / "no-such-dir" / "access.jsonl"
+    done = fleetplane("router", "--listen", "127.0.0.1:0", "--worker", sim.url, "--access-log", str(missing))
+    assert done.returncode == 2
+    assert f"--access-log '{missing}': No such file or directory" in done.stderr, done.stderr

@@ -51,6 +51,14 @@ def test_environment_variables() -> None:
     assert s.max_concurrency == 7 and s.policy is Policy.ROUND_ROBIN
 
 
+def test_the_access_log_is_off_unless_given_a_sink() -> None:
+    """Default and ``off``: no access log; ``stderr`` or a path (flag or environment) is the sink."""
+    assert _settings().access_log is None
+    assert _settings("--access-log", "off").access_log is None
+    assert _settings("--access-log", "stderr").access_log == "stderr"
+    assert _settings(environ={"FLEETPLANE_ACCESS_LOG": "/var/log/a.jsonl"}).access_log == "/var/log/a.jsonl"
+
+
 @pytest.mark.parametrize(
     ("argv", "names"),
     [
@@ -85,6 +93,7 @@ def test_environment_variables() -> None:
             ["--health-probe-max-interval-s", "2", "at least --health-probe-interval-s (5.0)"],
         ),
         (["--router-id", ""], ["--router-id", "''", "non-empty"]),
+        (["--access-log", "on"], ["--access-log", "'on'", "off, stderr, or the FILE"]),
         (["--router-id", "edge a"], ["--router-id", "'edge a'", "without spaces"]),
         # The control plane takes ids up to 256 characters; with 3 processes "/2" is appended.
         (["--router-id", "r" * 255, "--processes", "3"], ["--router-id", "at most 254 characters"]),
