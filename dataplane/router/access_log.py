@@ -34,12 +34,10 @@ FLUSH_INTERVAL_S = 0.5
 FLUSH_LINES = 4096
 MAX_BUFFERED = 65536
 
-# route, method, status, code, duration_s, client, worker, revision, time: as appended per request.
-Entry = tuple[str, bytes | None, int, str | None, float, str | None, str | None, int, float]
 
-
-class AccessLine(msgspec.Struct, omit_defaults=False):
-    """One line of the access log, in the order it is written."""
+class AccessLine(msgspec.Struct):
+    """One line of the access log, in the order it is written (buffered as is: one object per
+    request, encoded at flush)."""
 
     time: float
     route: str
@@ -55,24 +53,9 @@ class AccessLine(msgspec.Struct, omit_defaults=False):
 _ENCODER = msgspec.json.Encoder()
 
 
-def encode_lines(entries: list[Entry]) -> bytes:
+def encode_lines(entries: list[AccessLine]) -> bytes:
     """The JSON lines (newline-terminated) of buffered entries, in one buffer."""
-    return _ENCODER.encode_lines(
-        [
-            AccessLine(
-                time=round(at, 6),
-                route=route,
-                method=method.decode("latin-1") if method else None,
-                status=status,
-                code=code,
-                duration_s=round(duration_s, 6),
-                client=client,
-                worker=worker,
-                revision=revision,
-            )
-            for route, method, status, code, duration_s, client, worker, revision, at in entries
-        ]
-    )
+    return _ENCODER.encode_lines(entries)
 
 
 class AccessLog:
@@ -83,7 +66,7 @@ class AccessLog:
         self.sink = sink
         self._max = max_buffered
         self._state = state
-        self.entries: list[Entry] = []
+        self.entries: list[AccessLine] = []
         self.dropped = 0
         self._fd = -1
         self._task: asyncio.Task[None] | None = None
@@ -98,19 +81,20 @@ class AccessLog:
         contracts = self._state.contracts
         revision = contracts.revision if contracts is not None else -1
         if responder is None:
-            entries.append((route, None, status, None, duration_s, None, None, revision, time()))
+            entries.append(AccessLine(time(), route, None, status, None, duration_s, None, None, revision))
         else:
+            method = responder.method
             entries.append(
-                (
+                AccessLine(
+                    time(),
                     route,
-                    responder.method,
+                    method.decode("latin-1") if method else None,
                     status,
                     responder.error_code,
                     duration_s,
                     responder.client_name,
                     responder.upstream,
                     revision,
-                    time(),
                 )
             )
         if len(entries) == FLUSH_LINES and self._wake is not None:

@@ -8,26 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from dataplane.router.access_log import AccessLog, encode_lines
+from dataplane.router.access_log import AccessLine, AccessLog, encode_lines
 from dataplane.router.state import RouterState
 
 
 def test_lines_are_json_objects_in_field_order_one_per_line() -> None:
-    """Each entry is one newline-terminated JSON object; bytes methods become text, None null."""
+    """Each entry is one newline-terminated JSON object, fields in order, None as null."""
     data = encode_lines(
         [
-            (
-                "/v1/chat/completions",
-                b"POST",
-                200,
-                None,
-                0.0123456789,
-                "team-a",
-                "http://w:1",
-                3,
-                1700000000.5,
+            AccessLine(
+                1700000000.5, "/v1/chat/completions", "POST", 200, None, 0.012346, "team-a", "http://w:1", 3
             ),
-            ("other", None, 404, "route_not_found", 0.0, None, None, -1, 1700000001.0),
+            AccessLine(1700000001.0, "other", None, 404, "route_not_found", 0.0, None, None, -1),
         ]
     )
     assert data.endswith(b"\n")
@@ -62,7 +54,7 @@ def test_lines_are_json_objects_in_field_order_one_per_line() -> None:
 
 def test_a_route_with_quotes_stays_valid_json() -> None:
     """Values are escaped by the encoder, not pasted into a template."""
-    data = encode_lines([('/a"b\\c', b"GET", 404, "route_not_found", 0.0, None, None, 0, 0.0)])
+    data = encode_lines([AccessLine(0.0, '/a"b\\c', "GET", 404, "route_not_found", 0.0, None, None, 0)])
     assert json.loads(data)["route"] == '/a"b\\c'
 
 
