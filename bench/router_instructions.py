@@ -18,6 +18,8 @@ counted: bench/router_overhead.py measures that):
 - ``--h2c``: the chat request again, forwarded to an h2c worker (``upstream.h2c``) whose
   transport answers each HEADERS frame with the same answer as HEADERS + DATA frames (the row
   ``router-h2c``);
+- ``--access-log``: the chat request again on a router with ``--access-log /dev/null`` (the
+  row ``router-log``): the buffering per request, the timer's batches, their encoding and writes;
 - ``--workers N``: the chat request again on a router with N workers whose engine load views are
   FRESH (a control plane's, applied once), so the balancer scores N candidates per request
   (``least_load``; the row ``router-Nw``).
@@ -201,7 +203,7 @@ async def _drive(mode: str, n: int) -> None:
     request = ROUTE_REQUESTS.get(mode, REQUEST)
     workers = (
         int(mode.split("-")[1].removesuffix("w"))
-        if mode.startswith("router-") and mode != "router-h2c"
+        if mode.startswith("router-") and mode not in ("router-h2c", "router-log")
         else 0
     )
     if mode == "router-h2c":
@@ -234,10 +236,14 @@ async def _drive(mode: str, n: int) -> None:
 
         upstream_h2c.H2Pool._open = open_h2  # type: ignore[method-assign,assignment]
         handler: Any = router.proxy.handle
-    elif mode in ROUTE_REQUESTS or workers:
+    elif mode in ROUTE_REQUESTS or workers or mode == "router-log":
         urls = [f"http://127.0.0.1:{9 + i}" for i in range(max(1, workers))]
         args = ["--listen", "127.0.0.1:0", "--worker", urls[0], "--override-sampling-params", CONTRACT]
+        if mode == "router-log":
+            args += ["--access-log", os.devnull]
         router = Router(settings_from_args(build_parser().parse_args(args)))
+        if router.access_log is not None:
+            router.access_log.start()  # its timer and its writes are counted too
         router.state.apply_workers([WorkerSpec(url, "http1", (MODEL,)) for url in urls])
         if workers:
             router.state.apply_loads(_fresh_views(urls))
@@ -268,6 +274,8 @@ async def _drive(mode: str, n: int) -> None:
     client.connection_made(MemoryTransport(on_answer))  # type: ignore[arg-type]
     loop.call_soon(client.data_received, request)
     await done
+    if mode == "router-log":
+        await router.access_log.stop()  # type: ignore[union-attr]  # the last batch: encoded and written
 
 
 def _memory_loop() -> Any:
@@ -324,6 +332,9 @@ def main() -> int:
     )
     parser.add_argument("--workers", type=int, default=0, help="also N workers with FRESH engine views")
     parser.add_argument("--h2c", action="store_true", help="also the chat request to an h2c worker")
+    parser.add_argument(
+        "--access-log", action="store_true", help="also the router with --access-log (to /dev/null)"
+    )
     args = parser.parse_args()
     if args.inner:
         import gc
@@ -342,6 +353,8 @@ def main() -> int:
     modes = ["bare", "router", *(("responses", "generate") if args.dialects else ())]
     if args.h2c:
         modes.append("router-h2c")
+    if args.access_log:
+        modes.append("router-log")
     if args.workers:
         modes.append(f"router-{args.workers}w")
     for mode in modes:
