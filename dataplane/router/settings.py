@@ -154,7 +154,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--access-log",
         default="off",
         metavar="SINK",
-        help="off, stderr, or FILE (appended to): one JSON line per request (time, route, method, status, "
+        help="off, on (= stderr), stderr, or FILE (appended to): one JSON line per request (time, route, method, status, "
         "error code, duration_s from arrival, client name, worker URL, contract revision), written in "
         "batches about every 0.5 s; lines past a full buffer are dropped and counted "
         "(fleetplane_access_log_dropped_total)",
@@ -395,9 +395,10 @@ def _token(token: str | None, token_file: str | None) -> str | None:
 def _access_log(sink: str) -> str | None:
     if sink == "off":
         return None
-    if sink in ("", "on"):
-        # "on" would otherwise become a file named "on" in the working directory.
-        raise SettingsError(f"--access-log {sink!r}: give off, stderr, or the FILE to append to")
+    if sink == "on":
+        return "stderr"  # the log's plain switch; a file named "on" would surprise everyone
+    if not sink:
+        raise SettingsError(f"--access-log {sink!r}: give off, on (stderr), stderr, or the FILE to append to")
     return sink
 
 

@@ -52,9 +52,11 @@ def test_environment_variables() -> None:
 
 
 def test_the_access_log_is_off_unless_given_a_sink() -> None:
-    """Default and ``off``: no access log; ``stderr`` or a path (flag or environment) is the sink."""
+    """Default and ``off``: no access log; ``on`` or ``stderr`` writes to stderr; a path (flag or
+    environment) is the sink."""
     assert _settings().access_log is None
     assert _settings("--access-log", "off").access_log is None
+    assert _settings("--access-log", "on").access_log == "stderr"
     assert _settings("--access-log", "stderr").access_log == "stderr"
     assert _settings(environ={"FLEETPLANE_ACCESS_LOG": "/var/log/a.jsonl"}).access_log == "/var/log/a.jsonl"
 
@@ -93,7 +95,7 @@ def test_the_access_log_is_off_unless_given_a_sink() -> None:
             ["--health-probe-max-interval-s", "2", "at least --health-probe-interval-s (5.0)"],
         ),
         (["--router-id", ""], ["--router-id", "''", "non-empty"]),
-        (["--access-log", "on"], ["--access-log", "'on'", "off, stderr, or the FILE"]),
+        (["--access-log", ""], ["--access-log", "''", "off, on (stderr), stderr, or the FILE"]),
         (["--router-id", "edge a"], ["--router-id", "'edge a'", "without spaces"]),
         # The control plane takes ids up to 256 characters; with 3 processes "/2" is appended.
         (["--router-id", "r" * 255, "--processes", "3"], ["--router-id", "at most 254 characters"]),
