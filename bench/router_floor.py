@@ -15,7 +15,7 @@ Targets, all up at once, measured in alternating rounds (medians; this 2-core ma
   holds two HTTP/1.1 engine-sims (load publishers on: ``least_load`` scores their engine load on
   every request) and a fleet contract that checks and injects (``temperature`` band with a
   default, ``top_p`` injected: every request is judged and spliced), ``--router-id`` (its counts
-  journal), metrics (always on);
+  journal), metrics (always on), the access log (into the run's log directory);
 - ``fp h1→h2c``: the same with two ``engine-sim --http2`` workers (its own control plane);
 - ``fp h2c→h1``: ``fp h1→h1`` driven by h2load over h2c prior knowledge (one stream at a time
   per connection, as wrk does);
@@ -267,7 +267,10 @@ def run(args: argparse.Namespace) -> int:
             port = _free_port()
             argv = [PY, "-m", "dataplane", "--listen", f"127.0.0.1:{port}", "--control-plane", control]
             argv += ["--router-id", name.replace(" ", "-").replace("→", "-"), "--policy", "least_load"]
-            argv += ["--max-concurrency", "1024", *extra]
+            # The access log on, into the run's log directory (one file per router: --processes
+            # children append to the same one).
+            access = logs / f"{name.replace(' ', '-').replace('→', '-')}.access.jsonl"
+            argv += ["--max-concurrency", "1024", "--access-log", str(access), *extra]
             return _spawn(name, argv, port, logs)
 
         port = _free_port()
