@@ -368,9 +368,13 @@ class H1Connection(asyncio.Protocol):
                 self._pool.deadlines.watch(self, self._loop)
 
     def stalled_since(self, since: float) -> bool:
-        """Nothing from the worker since ``since``, and nothing held back for our client."""
+        """Nothing from the worker since ``since`` (or no answer head at all: a request written
+        after the first failed check waits on the same hung worker), and nothing held back for
+        our client."""
         response = self._response
-        return self._heard < since and not (response is not None and response._chunks)
+        if response is None:
+            return True
+        return self._heard < since and not response._chunks
 
     def on_stalled(self) -> None:
         """The worker stopped answering (its health checks failed): time the exchange out now."""

@@ -210,8 +210,11 @@ class H2Stream:
     # -- internals ------------------------------------------------------------------------------
 
     def stalled_since(self, since: float) -> bool:
-        """Nothing from the worker since ``since``, and nothing held back for our client."""
-        return self._heard < since and not self._buf and not self._eof and self._error is None
+        """Nothing from the worker since ``since`` (or no answer head at all: a stream opened
+        after the first failed check waits on the same hung worker), and nothing held back for
+        our client."""
+        quiet = self._heard < since or not self.started
+        return quiet and not self._buf and not self._eof and self._error is None
 
     def on_timeout(self) -> None:
         """``deadline`` passed (called by the connection's ``Deadlines``, which no longer watches

@@ -113,6 +113,20 @@ async def test_fail_stalled_times_out_only_the_silent_exchanges(protocol: str) -
         assert (await _drain(dripping)).count(b"data: ") == 10
 
 
+async def test_fail_stalled_ends_an_exchange_sent_after_t_without_an_answer_head(protocol: str) -> None:
+    """An exchange written after t that has no answer head waits on the same hung worker:
+    fail_stalled(t) ends it too, instead of leaving it to the first-byte timeout."""
+    loop = asyncio.get_running_loop()
+    async with serving_pool(protocol, UpstreamTimeouts(first_byte_s=30, idle_s=30)) as upstream:
+        since = loop.time()
+        await asyncio.sleep(0.05)
+        waiting = asyncio.ensure_future(upstream.request(b"GET", b"/stall", [], b"", timeout_s=30))
+        await asyncio.sleep(0.3)
+        assert upstream.fail_stalled(since) == 1
+        with pytest.raises(UpstreamTimeout):
+            await waiting
+
+
 async def test_a_later_exchange_with_an_earlier_deadline_times_out_on_time(protocol: str) -> None:
     """One exchange waits for a head due in 3 s; a later one goes silent after its head with
     0.3 s of idle allowed: the later one times out after ~0.3 s, the earlier one after ~3 s
