@@ -76,7 +76,7 @@ DATAPLANE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("upstream", ("dataplane.router.upstream",)),  # pools and connections towards workers
     ("fleet", ("dataplane.router.fleet",)),  # the worker set, health, discovery
     ("state", ("dataplane.router.state",)),  # workers + contracts as swapped snapshots
-    ("metrics", ("dataplane.router.metrics",)),
+    ("metrics", ("dataplane.router.metrics", "dataplane.router.access_log")),  # + its per-request line buffer
     ("process", ("dataplane.router.process",)),  # --processes N: supervisor, merged metrics, journal
     ("control", ("dataplane.router.control",)),  # the control-plane client (grpc stops here)
     ("path", ("dataplane.router.path",)),  # the request path: proxy, forwarder, exchange, relay
