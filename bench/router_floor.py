@@ -20,6 +20,8 @@ Targets, all up at once, measured in alternating rounds (medians; this 2-core ma
 - ``fp h2c→h1``: ``fp h1→h1`` driven by h2load over h2c prior knowledge (one stream at a time
   per connection, as wrk does);
 - ``fp h1→h1 -p2``: ``fp h1→h1`` with ``--processes 2`` (throughput at N = 2 on 2 cores);
+- ``… mypyc``: with ``--compiled-tree DIR`` (a checkout where ``scripts/build_mypyc.sh`` ran),
+  each fp target again, run from that tree: the compiled form beside the plain one;
 - ``vllm-router`` / ``sglang-router`` (PyPI, ``.bench-venv``) in front of the two HTTP/1.1
   engines, when installed.
 
@@ -83,13 +85,32 @@ class Proc:
                 self.popen.wait()
 
 
-def _spawn(name: str, argv: list[str], port: int, logs: Path, env: dict[str, str] | None = None) -> Proc:
+def _spawn(
+    name: str,
+    argv: list[str],
+    port: int,
+    logs: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Proc:
     log = open(logs / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
     return Proc(
         name,
-        subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env),
+        subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd
+        ),
         port,
     )
+
+
+def _compiled_env(tree: Path) -> dict[str, str]:
+    """The environment that imports ``dataplane`` from ``tree``, checked: its forwarder is the .so."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    probe = "import dataplane.router.path.forwarder as m; print(m.__file__)"
+    where = subprocess.run([PY, "-c", probe], env=env, cwd=tree, capture_output=True, text=True, check=True)
+    if not where.stdout.strip().endswith(".so"):
+        raise SystemExit(f"{tree}: not compiled (scripts/build_mypyc.sh there): {where.stdout.strip()}")
+    return env
 
 
 def _wait_http(p: Proc, path: str, timeout_s: float = 60.0) -> None:
@@ -263,7 +284,9 @@ def run(args: argparse.Namespace) -> int:
         def want(name: str) -> bool:
             return only is None or name in only
 
-        def fleetplane(name: str, control: str, *extra: str) -> Proc:
+        compiled = _compiled_env(args.compiled_tree) if args.compiled_tree else None
+
+        def fleetplane(name: str, control: str, *extra: str, tree: Path | None = None) -> Proc:
             port = _free_port()
             argv = [PY, "-m", "dataplane", "--listen", f"127.0.0.1:{port}", "--control-plane", control]
             argv += ["--router-id", name.replace(" ", "-").replace("→", "-"), "--policy", "least_load"]
@@ -271,7 +294,9 @@ def run(args: argparse.Namespace) -> int:
             # children append to the same one).
             access = logs / f"{name.replace(' ', '-').replace('→', '-')}.access.jsonl"
             argv += ["--max-concurrency", "1024", "--access-log", str(access), *extra]
-            return _spawn(name, argv, port, logs)
+            if tree is None:
+                return _spawn(name, argv, port, logs)
+            return _spawn(name, argv, port, logs, compiled, cwd=tree)
 
         port = _free_port()
         floor = _spawn(
@@ -305,6 +330,18 @@ def run(args: argparse.Namespace) -> int:
             fp_p2 = fleetplane("fp h1→h1 -p2", cp_h1, "--processes", "2")
             procs.append(fp_p2)
             targets["fp h1→h1 -p2"] = (fp_p2, "wrk")
+        if args.compiled_tree:
+            for name, (_, client) in list(targets.items()):
+                if not name.startswith("fp"):
+                    continue
+                if client == "h2load":  # the same router as fp h1→h1, another client
+                    targets[f"{name} mypyc"] = (targets["fp h1→h1 mypyc"][0], client)
+                    continue
+                extra = ("--processes", "2") if name.endswith("-p2") else ()
+                control = cp_h2 if "h1→h2c" in name else cp_h1
+                c = fleetplane(f"{name} mypyc", control, *extra, tree=args.compiled_tree)
+                procs.append(c)
+                targets[f"{name} mypyc"] = (c, client)
         h1_urls = [f"http://127.0.0.1:{e.port}" for e in h1]
         for peer in ("vllm-router", "sglang-router"):
             if not want(peer):
@@ -401,6 +438,11 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--modes", choices=("both", "plain", "stream"), default="both")
     parser.add_argument("--only", default="", help="comma-separated targets besides floor and fp h1→h1")
+    parser.add_argument(
+        "--compiled-tree",
+        type=lambda v: Path(v).resolve(),
+        help="a checkout where scripts/build_mypyc.sh ran: adds each fp target in its compiled form",
+    )
     parser.add_argument("--keep-logs", action="store_true")
     parser.add_argument("--no-netns", action="store_true", help="run in the current network namespace")
     args = parser.parse_args()
