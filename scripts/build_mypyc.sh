@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Compile the router's hot modules (scripts/mypyc_modules.txt) with mypyc, in place: one .so
 # next to each .py (Python imports an extension module before the source of the same name),
-# plus their shared runtime dataplane/hot__mypyc.*.so. The plain, interpreted form stays the
-# reference: `scripts/build_mypyc.sh --clean` deletes every .so again (gitignored, never
-# committed). The C sources go to build/mypyc/ (gitignored).
-#   scripts/build_mypyc.sh            build (≈ 1.5-2.5 min on 2 cores), then checks the .so are imported
+# their shared runtime dataplane/hot__mypyc.*.so, and dataplane/hot__mypyc.sources.json, the
+# SHA-256 of each source compiled: dataplane/form.py runs the compiled form only while every
+# source is the one compiled, else the plain source (all or nothing). The plain, interpreted form
+# stays the reference (scripts/test.sh runs it with FLEETPLANE_FORM=plain). Everything built is
+# gitignored; the C sources go to build/mypyc/.
+#   scripts/build_mypyc.sh            build (≈ 1-2.5 min on 2 cores) unless the build is current,
+#                                     then check that the .so are what gets imported
+#   scripts/build_mypyc.sh --force    build even if current
 #   scripts/build_mypyc.sh --clean    back to the plain form
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +16,7 @@ PY=.venv/bin/python
 
 clean() {
   find dataplane -name '*.cpython-*.so' -delete
-  rm -rf build/mypyc
+  rm -rf build/mypyc dataplane/hot__mypyc.sources.json
 }
 
 if [ "${1:-}" = "--clean" ]; then
@@ -20,8 +24,24 @@ if [ "${1:-}" = "--clean" ]; then
   echo "mypyc: plain form (no compiled modules)"
   exit 0
 fi
-clean
 mapfile -t MODULES < <(grep -v -e '^#' -e '^$' scripts/mypyc_modules.txt)
+# Current: the compiled form imports (every source is the one compiled) and it is this list's.
+current() {
+  FLEETPLANE_FORM=compiled "$PY" - "${MODULES[@]}" <<'PY' 2>/dev/null
+import json
+import sys
+
+import dataplane  # raises ImportError unless the build is current (dataplane/form.py)
+from dataplane.form import MANIFEST
+
+sys.exit(0 if set(json.loads(MANIFEST.read_text())) == set(sys.argv[1:]) else 1)
+PY
+}
+if [ "${1:-}" != "--force" ] && current; then
+  echo "mypyc: the compiled form is current (${#MODULES[@]} modules; --force rebuilds)"
+  exit 0
+fi
+clean
 # mypyc type-checks with the project's mypy settings (pyproject.toml, strict) before compiling.
 # group_name: one shared library inside the package (dataplane/hot__mypyc), importable wherever
 # dataplane is, instead of a hash-named one at the repository root.
@@ -42,4 +62,14 @@ setup(
     ],
 )
 PY
-FLEETPLANE_COMPILED=1 "$PY" -m pytest -q -p no:cacheprovider tests/unit/test_compiled_form.py
+"$PY" - "${MODULES[@]}" <<'PY'
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+digests = {m: hashlib.sha256(Path(m).read_bytes()).hexdigest() for m in sys.argv[1:]}
+Path("dataplane/hot__mypyc.sources.json").write_text(json.dumps(digests, indent=1) + "\n")
+PY
+FLEETPLANE_FORM=compiled "$PY" -m pytest -q -p no:cacheprovider tests/unit/test_compiled_form.py
+echo "mypyc: compiled ${#MODULES[@]} modules in ${SECONDS} s"

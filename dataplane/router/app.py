@@ -18,6 +18,7 @@ import sys
 
 import structlog
 
+import dataplane
 from dataplane.errors import StartupError
 from dataplane.http import HttpServer, ServerLimits, server_tls, start_server
 from dataplane.router.access_log import AccessLog
@@ -221,7 +222,14 @@ async def _serve_until_signal(router: Router, settings: RouterSettings, port: in
     # writes the text and the newline separately (the lines would interleave).
     scheme = "https" if settings.listen_tls_cert is not None else "http"
     print(f"router listening on {scheme}://{host}:{port}\n", end="", flush=True)
-    log.info("router started", port=port, workers=len(settings.workers), policy=settings.policy.value)
+    log.info(
+        "router started",
+        port=port,
+        workers=len(settings.workers),
+        policy=settings.policy.value,
+        form=dataplane.FORM.name,
+        form_why=dataplane.FORM.why,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

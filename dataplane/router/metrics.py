@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+import dataplane
 from dataplane.http import Responder
 from dataplane.router.access_log import AccessLog
 from dataplane.router.admission import Admission
@@ -281,10 +282,11 @@ class _Collector(Collector):
         )
         build = GaugeMetricFamily(
             "fleetplane_build_info",
-            "Always 1; the version and Python of this process",
-            labels=["version", "python"],
+            "Always 1; the version and Python of this process, and the form its hot path runs in "
+            "(compiled: mypyc, plain: the source)",
+            labels=["version", "python", "form"],
         )
-        build.add_metric([_VERSION, platform.python_version()], 1)
+        build.add_metric([_VERSION, platform.python_version(), dataplane.FORM.name], 1)
         yield build
         yield GaugeMetricFamily(
             "fleetplane_control_plane_connected",

@@ -56,6 +56,7 @@ CONTROLPLANE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # engine embeds, and engine-sim) and ``dataplane.router`` are siblings over the shared HTTP
 # server: neither imports the other (test below).
 DATAPLANE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("form", ("dataplane.form",)),  # compiled or plain, chosen at the package's import (stdlib only)
     ("errors", ("dataplane.errors",)),  # the plane's error root and its one error -> answer mapping
     ("http", ("dataplane.http",)),  # the protocol-level HTTP/1.1 + h2c server
     ("engine", ("dataplane.engine",)),  # load publisher, endpoint resolver, engine-sim

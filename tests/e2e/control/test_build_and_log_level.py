@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import platform
+import re
 import time
 import urllib.request
 from pathlib import Path
@@ -33,10 +35,15 @@ def test_version_comes_from_the_package() -> None:
 
 def test_both_planes_expose_build_info_and_process_metrics() -> None:
     """Router and control plane ``/metrics`` name the build and carry process_* and python_info."""
-    build = f'fleetplane_build_info{{python="{platform.python_version()}",version="{VERSION}"}} 1.0'
+    build = f'python="{platform.python_version()}",version="{VERSION}"'
+    # The router's also says which form its hot path runs in: the one this run asked for, if it did.
+    form = os.environ.get("FLEETPLANE_FORM", "")
+    router_build = rf'fleetplane_build_info{{form="{form or "(compiled|plain)"}",{build}}} 1.0'
     with ControlPlaneProcess() as control, RouterProcess() as router:
-        for text in (_metrics(router.url), _metrics(control.http_url)):
-            assert build in text
+        router_text, control_text = _metrics(router.url), _metrics(control.http_url)
+        assert re.search(router_build, router_text), router_text
+        assert f"fleetplane_build_info{{{build}}} 1.0" in control_text
+        for text in (router_text, control_text):
             assert "process_resident_memory_bytes" in text
             assert "process_cpu_seconds_total" in text
             assert "python_info{" in text
