@@ -38,12 +38,10 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
@@ -52,55 +50,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.loadgen import chat_body, cpu_seconds  # noqa: E402
+from bench.procs import (  # noqa: E402
+    PEERS,
+    PY,
+    Proc,
+    engine_sim_argv,
+    free_port,
+    in_loopback_namespace,
+    peer_argv,
+    peer_env,
+    spawn,
+    wait_http,
+    wait_port,
+)
 
-PY = str(ROOT / ".venv" / "bin" / "python")
-PEERS = ROOT / ".bench-venv" / "bin"
-NETNS_MARK = "FLEETPLANE_BENCH_NETNS"
 MODEL = "sim-model"
 # A band with a default (checked; injected when absent) and a value injected outright.
 CONTRACT = '{"temperature": {"min": 0.0, "max": 1.5, "default": 0.7}, "top_p": 0.95}'
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    port: int
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-
-
-def _spawn(
-    name: str,
-    argv: list[str],
-    port: int,
-    logs: Path,
-    env: dict[str, str] | None = None,
-    cwd: Path | None = None,
-) -> Proc:
-    log = open(logs / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
-    return Proc(
-        name,
-        subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd
-        ),
-        port,
-    )
 
 
 def _compiled_env(tree: Path) -> dict[str, str]:
@@ -113,57 +79,20 @@ def _compiled_env(tree: Path) -> dict[str, str]:
     return env
 
 
-def _wait_http(p: Proc, path: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if p.popen.poll() is not None:
-            raise RuntimeError(f"{p.name} exited with {p.popen.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{p.port}{path}", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{p.name} not ready on {path} after {timeout_s}s")
-
-
-def _wait_port(p: Proc, timeout_s: float = 30.0) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if p.popen.poll() is not None:
-            raise RuntimeError(f"{p.name} exited with {p.popen.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", p.port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"{p.name} not listening after {timeout_s}s")
-
-
 def _engine(name: str, logs: Path, model_dir: Path, *extra: str) -> Proc:
-    port = _free_port()
-    argv = [PY, "-m", "dataplane.engine.sim", "--listen", f"127.0.0.1:{port}", "--model", MODEL]
-    argv += [
-        "--model-path",
-        str(model_dir),
-        "--decode-tokens-per-s",
-        "0",
-        "--load-publish-endpoint",
-        f"tcp://*:{_free_port()}",
-    ]
-    return _spawn(name, [*argv, *extra], port, logs)
+    port = free_port()
+    publish = ("--load-publish-endpoint", f"tcp://*:{free_port()}")
+    argv = engine_sim_argv(port, MODEL, model_dir, "--decode-tokens-per-s", "0", *publish, *extra)
+    return spawn(name, argv, port, logs)
 
 
 def _control_plane(name: str, engines: list[Proc], h2c: bool, logs: Path) -> str:
     """A control plane holding ``engines`` and the fleet contract; its gRPC address."""
-    grpc_port, http_port = _free_port(), _free_port()
+    grpc_port, http_port = free_port(), free_port()
     argv = [PY, "-m", "controlplane", "--listen", f"127.0.0.1:{grpc_port}"]
     argv += ["--http-listen", f"127.0.0.1:{http_port}", "--store", f"sqlite:{logs / (name + '.db')}"]
-    plane = _spawn(name, argv, http_port, logs)
-    _wait_http(plane, "/healthz")
+    plane = spawn(name, argv, http_port, logs)
+    wait_http(plane, "/healthz")
     address = f"127.0.0.1:{grpc_port}"
     fleetplane = str(ROOT / ".venv" / "bin" / "fleetplane")
     for e in engines:
@@ -266,7 +195,6 @@ def run(args: argparse.Namespace) -> int:
     model_dir.mkdir()
     only = set(args.only.split(",")) if args.only else None
     procs: list[Proc] = []
-    peer_env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     skipped: dict[str, str] = {}
     # name -> (router proc, port, client: "wrk" | "h2load")
     targets: dict[str, tuple[Proc, str]] = {}
@@ -275,9 +203,9 @@ def run(args: argparse.Namespace) -> int:
         h2 = [_engine(f"sim-h2-{i}", logs, model_dir, "--http2") for i in range(2)]
         procs += h1 + h2
         for e in h1:
-            _wait_http(e, "/health")
+            wait_http(e, "/health")
         for e in h2:
-            _wait_port(e)
+            wait_port(e)
         cp_h1 = _control_plane("control-h1", h1, False, logs)
         cp_h2 = _control_plane("control-h2c", h2, True, logs)
 
@@ -287,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
         compiled = _compiled_env(args.compiled_tree) if args.compiled_tree else None
 
         def fleetplane(name: str, control: str, *extra: str, tree: Path | None = None) -> Proc:
-            port = _free_port()
+            port = free_port()
             argv = [PY, "-m", "dataplane", "--listen", f"127.0.0.1:{port}", "--control-plane", control]
             argv += ["--router-id", name.replace(" ", "-").replace("→", "-"), "--policy", "least_load"]
             # The access log on, into the run's log directory (one file per router: --processes
@@ -295,11 +223,11 @@ def run(args: argparse.Namespace) -> int:
             access = logs / f"{name.replace(' ', '-').replace('→', '-')}.access.jsonl"
             argv += ["--max-concurrency", "1024", "--access-log", str(access), *extra]
             if tree is None:
-                return _spawn(name, argv, port, logs)
-            return _spawn(name, argv, port, logs, compiled, cwd=tree)
+                return spawn(name, argv, port, logs)
+            return spawn(name, argv, port, logs, compiled, cwd=tree)
 
-        port = _free_port()
-        floor = _spawn(
+        port = free_port()
+        floor = spawn(
             "floor",
             [
                 PY,
@@ -349,38 +277,17 @@ def run(args: argparse.Namespace) -> int:
             if not (PEERS / peer).exists():
                 skipped[peer] = f"{PEERS.relative_to(ROOT) / peer} missing (see bench/router_peers.py)"
                 continue
-            port = _free_port()
-            if peer == "vllm-router":
-                argv = [
-                    str(PEERS / peer),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--policy",
-                    "round_robin",
-                ]
-                argv += [
-                    "--worker-urls",
-                    *h1_urls,
-                    "--log-level",
-                    "warning",
-                    "--prometheus-port",
-                    str(_free_port()),
-                ]
-            else:
-                argv = [str(PEERS / peer), "launch", "--host", "127.0.0.1", "--port", str(port)]
-                argv += ["--policy", "round_robin", "--log-level", "warn", "--worker-urls", *h1_urls]
-                argv += ["--prometheus-port", str(_free_port())]
-            p = _spawn(peer, argv, port, logs, peer_env)
+            port = free_port()
+            argv = peer_argv(peer, port, h1_urls, "round_robin")
+            p = spawn(peer, argv, port, logs, peer_env())
             procs.append(p)
             targets[peer] = (p, "wrk")
         for name, (p, _) in list(targets.items()):
             try:
                 if p.name == "floor":
-                    _wait_port(p)
+                    wait_port(p)
                 else:
-                    _wait_http(p, "/v1/models" if p.name.startswith("fp") else "/health")
+                    wait_http(p, "/v1/models" if p.name.startswith("fp") else "/health")
             except RuntimeError as exc:
                 skipped[name] = f"{exc} (log in {logs})"
                 del targets[name]
@@ -446,11 +353,8 @@ def main() -> int:
     parser.add_argument("--keep-logs", action="store_true")
     parser.add_argument("--no-netns", action="store_true", help="run in the current network namespace")
     args = parser.parse_args()
-    if os.environ.get(NETNS_MARK) != "1" and not args.no_netns:
-        # Loopback-only namespace: the peers cannot reach any hub (see the module docstring).
-        env = dict(os.environ, **{NETNS_MARK: "1"})
-        script = 'ip link set lo up && exec "$0" "$@"'
-        return subprocess.call(["unshare", "-n", "sh", "-c", script, sys.executable, *sys.argv], env=env)
+    if not args.no_netns and (code := in_loopback_namespace()) is not None:
+        return code  # ran inside a loopback-only namespace: the peers cannot reach any hub
     return run(args)
 
 

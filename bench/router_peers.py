@@ -29,14 +29,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,110 +41,56 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.loadgen import LoadResult, chat_body, cpu_seconds, post, run_load  # noqa: E402
+from bench.procs import (  # noqa: E402
+    PEERS,
+    PY,
+    Proc,
+    engine_sim_argv,
+    free_port,
+    in_loopback_namespace,
+    peer_argv,
+    peer_env,
+    spawn,
+    wait_http,
+)
 
-PY = str(ROOT / ".venv" / "bin" / "python")
-PEERS = ROOT / ".bench-venv" / "bin"
-NETNS_MARK = "FLEETPLANE_BENCH_NETNS"
 MODEL = "sim-model"
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Proc:
-    name: str
-    proc: subprocess.Popen[bytes]
-    port: int
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def _spawn(name: str, argv: list[str], port: int, log_dir: Path, env: dict[str, str] | None = None) -> Proc:
-    log = open(log_dir / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    return Proc(name, proc, port)
-
-
-def _wait_ready(p: Proc, path: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if p.proc.poll() is not None:
-            raise RuntimeError(f"{p.name} exited with {p.proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{p.port}{path}", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{p.name} not ready on {path} after {timeout_s}s")
-
-
 def _engine(name: str, model_dir: Path, log_dir: Path, *extra: str) -> Proc:
-    port = _free_port()
-    argv = [
-        PY,
-        "-m",
-        "dataplane.engine.sim",
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--model",
-        MODEL,
-        "--decode-tokens-per-s",
-        "0",
-    ]
-    argv += ["--model-path", str(model_dir), *extra]
-    return _spawn(name, argv, port, log_dir)
+    port = free_port()
+    return spawn(
+        name, engine_sim_argv(port, MODEL, model_dir, "--decode-tokens-per-s", "0", *extra), port, log_dir
+    )
 
 
 def _routers(h1: list[Proc], h2: list[Proc], log_dir: Path) -> dict[str, Callable[[], Proc]]:
     h1_urls = [f"http://127.0.0.1:{w.port}" for w in h1]
     h2_urls = [f"h2c://127.0.0.1:{w.port}" for w in h2]
-    peer_env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
     def fleetplane(name: str, urls: list[str]) -> Callable[[], Proc]:
         def start() -> Proc:
-            port = _free_port()
+            port = free_port()
             argv = [PY, "-m", "dataplane", "--listen", f"127.0.0.1:{port}", "--policy", "round_robin"]
             argv += ["--max-concurrency", "1024"]
             for u in urls:
                 argv += ["--worker", u]
-            return _spawn(name, argv, port, log_dir)
+            return spawn(name, argv, port, log_dir)
 
         return start
 
-    def sglang() -> Proc:
-        port = _free_port()
-        argv = [str(PEERS / "sglang-router"), "launch", "--host", "127.0.0.1", "--port", str(port)]
-        argv += ["--policy", "round_robin", "--log-level", "warn", "--worker-urls", *h1_urls]
-        argv += ["--prometheus-port", str(_free_port())]
-        return _spawn("sglang-router", argv, port, log_dir, peer_env)
+    def peer(kind: str) -> Callable[[], Proc]:
+        def start() -> Proc:
+            port = free_port()
+            return spawn(kind, peer_argv(kind, port, h1_urls, "round_robin"), port, log_dir, peer_env())
 
-    def vllm() -> Proc:
-        port = _free_port()
-        argv = [str(PEERS / "vllm-router"), "--host", "127.0.0.1", "--port", str(port)]
-        argv += ["--policy", "round_robin", "--log-level", "warning", "--worker-urls", *h1_urls]
-        argv += ["--prometheus-port", str(_free_port())]
-        return _spawn("vllm-router", argv, port, log_dir, peer_env)
+        return start
 
     return {
         "fleetplane-h1": fleetplane("fleetplane-h1", h1_urls),
         "fleetplane-h2c": fleetplane("fleetplane-h2c", h2_urls),
-        "sglang-router": sglang,
-        "vllm-router": vllm,
+        "sglang-router": peer("sglang-router"),
+        "vllm-router": peer("vllm-router"),
     }
 
 
@@ -282,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
         h2 = [_engine(f"sim-h2-{i}", model_dir, log_dir, "--http2") for i in range(2)]
         procs += h1 + h2
         for w in h1:
-            _wait_ready(w, "/health")
+            wait_http(w, "/health")
         time.sleep(1.0)  # the h2c sims cannot be polled with urllib
         for stream in (False, True):
             row = asyncio.run(_measure([w.port for w in h1], None, stream, args))
@@ -301,13 +243,13 @@ def run(args: argparse.Namespace) -> int:
             try:
                 p = start()
                 procs.append(p)
-                _wait_ready(p, "/v1/models" if name.startswith("fleetplane") else "/health")
+                wait_http(p, "/v1/models" if name.startswith("fleetplane") else "/health")
                 time.sleep(0.5)
             except RuntimeError as exc:
                 skipped[name] = f"{exc} (log: {log_dir / (name + '.log')})"
                 continue
             for stream in (False, True):
-                row = asyncio.run(_measure([p.port], p.proc.pid, stream, args))
+                row = asyncio.run(_measure([p.port], p.popen.pid, stream, args))
                 row.target = name
                 rows.append(row)
             p.stop()
@@ -334,12 +276,8 @@ def main() -> int:
     parser.add_argument("--keep-logs", action="store_true")
     parser.add_argument("--no-netns", action="store_true", help="run in the current network namespace")
     args = parser.parse_args()
-    if os.environ.get(NETNS_MARK) != "1" and not args.no_netns:
-        # Loopback-only namespace: the peers cannot reach any hub (see the module docstring).
-        env = dict(os.environ, **{NETNS_MARK: "1"})
-        script = 'ip link set lo up && exec "$0" "$@"'
-        argv = ["unshare", "-n", "sh", "-c", script, sys.executable, *sys.argv]
-        return subprocess.call(argv, env=env)
+    if not args.no_netns and (code := in_loopback_namespace()) is not None:
+        return code  # ran inside a loopback-only namespace: the peers cannot reach any hub
     return run(args)
 
 

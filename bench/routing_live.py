@@ -16,40 +16,38 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.procs import (  # noqa: E402
+    PEERS,
+    PY,
+    Proc,
+    engine_sim_argv,
+    free_port,
+    in_loopback_namespace,
+    peer_argv,
+    peer_env,
+    spawn,
+    wait_http,
+)
 from bench.routing_model import Arrival  # noqa: E402
 from bench.routing_quality import SCENARIOS, Row, pct, table, trace  # noqa: E402
 
-PY = str(ROOT / ".venv" / "bin" / "python")
-PEERS = ROOT / ".bench-venv" / "bin"
-NETNS_MARK = "FLEETPLANE_BENCH_NETNS"
 MODEL = "sim-model"
 DEADLINE_S = 240.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _free_range(count: int) -> int:
     for _ in range(200):
-        base = _free_port()
+        base = free_port()
         ok = True
         for port in range(base, base + count):
             with socket.socket() as s:
@@ -63,53 +61,15 @@ def _free_range(count: int) -> int:
     raise RuntimeError("no free port range")
 
 
-@dataclass
-class Proc:
-    name: str
-    proc: subprocess.Popen[bytes]
-    port: int
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def _spawn(name: str, argv: list[str], port: int, logs: Path, env: dict[str, str] | None = None) -> Proc:
-    log = open(logs / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    return Proc(name, proc, port)
-
-
-def _wait_http(p: Proc, path: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if p.proc.poll() is not None:
-            raise RuntimeError(f"{p.name} exited with {p.proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{p.port}{path}", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{p.name} not ready on {path}")
-
-
 def _engines(logs: Path, model_dir: Path) -> list[Proc]:
     out = []
     for i in range(4):
-        port, kv = _free_port(), _free_range(2)
-        argv = [PY, "-m", "dataplane.engine.sim", "--listen", f"127.0.0.1:{port}", "--model", MODEL]
-        argv += ["--model-path", str(model_dir), "--max-running-requests", "4"]
+        port, kv = free_port(), _free_range(2)
+        argv = engine_sim_argv(port, MODEL, model_dir, "--max-running-requests", "4")
         argv += ["--kv-events-endpoint", f"tcp://*:{kv}", "--load-publish-endpoint", "auto"]
-        out.append(_spawn(f"engine-{i}", argv, port, logs))
+        out.append(spawn(f"engine-{i}", argv, port, logs))
     for p in out:
-        _wait_http(p, "/health")
+        wait_http(p, "/health")
     return out
 
 
@@ -118,18 +78,18 @@ def _fleetplane(engines: list[Proc], policy: str, logs: Path) -> list[Proc]:
 
     from controlplane.v1 import load_pb2, load_pb2_grpc
 
-    grpc_port, http_port = _free_port(), _free_port()
+    grpc_port, http_port = free_port(), free_port()
     argv = [PY, "-m", "controlplane", "--listen", f"127.0.0.1:{grpc_port}"]
     argv += ["--http-listen", f"127.0.0.1:{http_port}", "--store", f"sqlite:{logs / 'cp.db'}"]
-    plane = _spawn("control", [*argv, "--load-push-interval-ms", "50"], http_port, logs)
-    _wait_http(plane, "/healthz")
+    plane = spawn("control", [*argv, "--load-push-interval-ms", "50"], http_port, logs)
+    wait_http(plane, "/healthz")
     with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
         stub = load_pb2_grpc.LoadServiceStub(channel)
         for e in engines:
             stub.RegisterWorker(load_pb2.RegisterWorkerRequest(url=f"http://127.0.0.1:{e.port}"), timeout=30)
     routers = []
     for name in ("router-a", "router-b"):
-        port = _free_port()
+        port = free_port()
         argv = [
             PY,
             "-m",
@@ -140,27 +100,21 @@ def _fleetplane(engines: list[Proc], policy: str, logs: Path) -> list[Proc]:
             f"127.0.0.1:{grpc_port}",
         ]
         argv += ["--policy", policy, "--router-id", name, "--max-concurrency", "1024"]
-        routers.append(_spawn(name, argv, port, logs))
+        routers.append(spawn(name, argv, port, logs))
     for r in routers:
-        _wait_http(r, "/readiness")
+        wait_http(r, "/readiness")
     time.sleep(1.0)  # the first load views
     return [plane, *routers]
 
 
 def _peers(kind: str, policy: str, engines: list[Proc], logs: Path) -> list[Proc]:
     urls = [f"http://127.0.0.1:{e.port}" for e in engines]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     out = []
     for name in ("peer-a", "peer-b"):
-        port = _free_port()
-        if kind == "sglang-router":
-            argv = [str(PEERS / "sglang-router"), "launch", "--host", "127.0.0.1", "--port", str(port)]
-        else:
-            argv = [str(PEERS / "vllm-router"), "--host", "127.0.0.1", "--port", str(port)]
-        argv += ["--policy", policy, "--worker-urls", *urls, "--prometheus-port", str(_free_port())]
-        out.append(_spawn(name, argv, port, logs, env))
+        port = free_port()
+        out.append(spawn(name, peer_argv(kind, port, urls, policy), port, logs, peer_env()))
     for p in out:
-        _wait_http(p, "/health")
+        wait_http(p, "/health")
     time.sleep(1.0)
     return out
 
@@ -275,10 +229,8 @@ def run_live(args: argparse.Namespace) -> list[Row]:
 
 
 def live_main(args: argparse.Namespace) -> int:
-    if os.environ.get(NETNS_MARK) != "1" and not args.no_netns:
-        env = dict(os.environ, **{NETNS_MARK: "1"})
-        script = 'ip link set lo up && exec "$0" "$@"'
-        return subprocess.call(["unshare", "-n", "sh", "-c", script, sys.executable, *sys.argv], env=env)
+    if not args.no_netns and (code := in_loopback_namespace()) is not None:
+        return code  # ran inside a loopback-only namespace: the peers cannot reach any hub
     print(f"routing quality, live: scenario two-routers, {args.live_requests} requests per target, seed 1")
     print(table(run_live(args), ""))
     return 0
