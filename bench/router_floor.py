@@ -20,8 +20,10 @@ Targets, all up at once, measured in alternating rounds (medians; this 2-core ma
 - ``fp h2c→h1``: ``fp h1→h1`` driven by h2load over h2c prior knowledge (one stream at a time
   per connection, as wrk does);
 - ``fp h1→h1 -p2``: ``fp h1→h1`` with ``--processes 2`` (throughput at N = 2 on 2 cores);
-- ``… mypyc``: with ``--compiled-tree DIR`` (a checkout where ``scripts/build_mypyc.sh`` ran),
-  each fp target again, run from that tree: the compiled form beside the plain one;
+- ``… mypyc``: each fp target again in the compiled form, the one users run (``scripts/bootstrap.sh``
+  builds it; ``FLEETPLANE_FORM=compiled``), from this tree or from ``--compiled-tree DIR`` (a
+  checkout where ``scripts/build_mypyc.sh`` ran); the fp rows without it run the plain form
+  (``FLEETPLANE_FORM=plain``), the reference; ``--no-compiled`` leaves the mypyc rows out;
 - ``vllm-router`` / ``sglang-router`` (PyPI, ``.bench-venv``) in front of the two HTTP/1.1
   engines, when installed.
 
@@ -70,12 +72,13 @@ CONTRACT = '{"temperature": {"min": 0.0, "max": 1.5, "default": 0.7}, "top_p": 0
 
 
 def _compiled_env(tree: Path) -> dict[str, str]:
-    """The environment that imports ``dataplane`` from ``tree``, checked: its forwarder is the .so."""
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    """The environment that imports ``dataplane`` from ``tree``, compiled (checked: its forwarder is the .so)."""
+    env = dict(os.environ, PYTHONPATH=str(tree), FLEETPLANE_FORM="compiled")
     probe = "import dataplane.router.path.forwarder as m; print(m.__file__)"
-    where = subprocess.run([PY, "-c", probe], env=env, cwd=tree, capture_output=True, text=True, check=True)
-    if not where.stdout.strip().endswith(".so"):
-        raise SystemExit(f"{tree}: not compiled (scripts/build_mypyc.sh there): {where.stdout.strip()}")
+    where = subprocess.run([PY, "-c", probe], env=env, cwd=tree, capture_output=True, text=True)
+    if where.returncode != 0 or not where.stdout.strip().endswith(".so"):
+        why = (where.stderr.strip().splitlines() or [where.stdout.strip()])[-1]
+        raise SystemExit(f"{tree}: no current compiled form (run scripts/build_mypyc.sh there): {why}")
     return env
 
 
@@ -212,9 +215,11 @@ def run(args: argparse.Namespace) -> int:
         def want(name: str) -> bool:
             return only is None or name in only
 
-        compiled = _compiled_env(args.compiled_tree) if args.compiled_tree else None
+        tree = args.compiled_tree or ROOT
+        compiled = None if args.no_compiled else _compiled_env(tree)
+        plain = dict(os.environ, FLEETPLANE_FORM="plain")
 
-        def fleetplane(name: str, control: str, *extra: str, tree: Path | None = None) -> Proc:
+        def fleetplane(name: str, control: str, *extra: str, compiled_from: Path | None = None) -> Proc:
             port = free_port()
             argv = [PY, "-m", "dataplane", "--listen", f"127.0.0.1:{port}", "--control-plane", control]
             argv += ["--router-id", name.replace(" ", "-").replace("→", "-"), "--policy", "least_load"]
@@ -222,9 +227,9 @@ def run(args: argparse.Namespace) -> int:
             # children append to the same one).
             access = logs / f"{name.replace(' ', '-').replace('→', '-')}.access.jsonl"
             argv += ["--max-concurrency", "1024", "--access-log", str(access), *extra]
-            if tree is None:
-                return spawn(name, argv, port, logs)
-            return spawn(name, argv, port, logs, compiled, cwd=tree)
+            if compiled_from is None:
+                return spawn(name, argv, port, logs, plain)
+            return spawn(name, argv, port, logs, compiled, cwd=compiled_from)
 
         port = free_port()
         floor = spawn(
@@ -258,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
             fp_p2 = fleetplane("fp h1→h1 -p2", cp_h1, "--processes", "2")
             procs.append(fp_p2)
             targets["fp h1→h1 -p2"] = (fp_p2, "wrk")
-        if args.compiled_tree:
+        if compiled is not None:
             for name, (_, client) in list(targets.items()):
                 if not name.startswith("fp"):
                     continue
@@ -267,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
                     continue
                 extra = ("--processes", "2") if name.endswith("-p2") else ()
                 control = cp_h2 if "h1→h2c" in name else cp_h1
-                c = fleetplane(f"{name} mypyc", control, *extra, tree=args.compiled_tree)
+                c = fleetplane(f"{name} mypyc", control, *extra, compiled_from=tree)
                 procs.append(c)
                 targets[f"{name} mypyc"] = (c, client)
         h1_urls = [f"http://127.0.0.1:{e.port}" for e in h1]
@@ -348,8 +353,9 @@ def main() -> int:
     parser.add_argument(
         "--compiled-tree",
         type=lambda v: Path(v).resolve(),
-        help="a checkout where scripts/build_mypyc.sh ran: adds each fp target in its compiled form",
+        help="the mypyc rows from this checkout (where scripts/build_mypyc.sh ran) instead of this one",
     )
+    parser.add_argument("--no-compiled", action="store_true", help="no mypyc rows (the plain form only)")
     parser.add_argument("--keep-logs", action="store_true")
     parser.add_argument("--no-netns", action="store_true", help="run in the current network namespace")
     args = parser.parse_args()
