@@ -9,20 +9,17 @@ cd "$(dirname "$0")/.."
 command -v promtool >/dev/null 2>&1 && exit 0
 DEST=.ci/.tools/prometheus
 [ -x "$DEST/usr/bin/promtool" ] && exit 0
+source scripts/apt.sh
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "install_promtool: no promtool and no apt-get: the dashboard and alert tests will be skipped" >&2
   exit 0
 fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  if sudo -n true 2>/dev/null; then
-    SUDO="sudo -n"
-  fi
-fi
+privileged=1
+apt_privilege || privileged=0
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 if ! (cd "$work" && apt-get download -qq prometheus >/dev/null 2>&1); then
-  if [ "$(id -u)" -ne 0 ] && [ -z "$SUDO" ]; then
+  if [ "$privileged" -eq 0 ]; then
     echo "install_promtool: no promtool and no root to refresh apt: run 'sudo apt-get update' to test the alert rules" >&2
     exit 0
   fi
