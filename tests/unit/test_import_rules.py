@@ -108,7 +108,7 @@ PURE_MODULES = (
     "dataplane/router/fleet/health.py",
     "dataplane/router/upstream/h2c/codec.py",
     "dataplane/router/upstream/h2c/output.py",
-    "dataplane/router/upstream/h2c/frames.py",
+    "dataplane/http/h2_frames.py",
     "dataplane/router/control/convert.py",
     "dataplane/router/control/backoff.py",
     "dataplane/router/process/merge.py",

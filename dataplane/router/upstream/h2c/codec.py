@@ -23,7 +23,7 @@ from typing import Protocol
 
 import hpack
 
-from dataplane.router.upstream.h2c.frames import (
+from dataplane.http.h2_frames import (
     ACK,
     CONTINUATION,
     DATA,

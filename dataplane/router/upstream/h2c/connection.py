@@ -28,11 +28,11 @@ from collections.abc import Callable
 from typing import cast
 
 from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamUnreachable
+from dataplane.http.h2_frames import CANCEL, NO_ERROR, REFUSED_STREAM, H2ProtocolError
 from dataplane.router.body import RequestBody
 from dataplane.router.upstream.base import UpstreamTimeouts
 from dataplane.router.upstream.deadlines import Deadlines
 from dataplane.router.upstream.h2c.codec import ClientCodec
-from dataplane.router.upstream.h2c.frames import CANCEL, NO_ERROR, REFUSED_STREAM, H2ProtocolError
 from dataplane.router.upstream.h2c.stream import H2Stream, parse_head
 
 DEFAULT_STREAM_WINDOW = 4 * 1024 * 1024

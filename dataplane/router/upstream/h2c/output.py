@@ -8,8 +8,7 @@ returned per stream only as the consumer reads (``consumed``). Bytes in, bytes o
 
 from __future__ import annotations
 
-from dataplane.router.body import RequestBody, body_window
-from dataplane.router.upstream.h2c.frames import (
+from dataplane.http.h2_frames import (
     CONTENT_LENGTH_FIELD,
     CONTINUATION,
     DATA,
@@ -36,6 +35,7 @@ from dataplane.router.upstream.h2c.frames import (
     frame,
     hpack_str,
 )
+from dataplane.router.body import RequestBody, body_window
 
 
 def _data_header(size: int, flags: int) -> bytes:

@@ -20,11 +20,11 @@ from collections import deque
 from typing import Protocol
 
 from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeout
+from dataplane.http.h2_frames import CANCEL
 from dataplane.router.body import RequestBody
 from dataplane.router.headers import DROPPED
 from dataplane.router.upstream.base import UpstreamTimeouts
 from dataplane.router.upstream.deadlines import Deadlines
-from dataplane.router.upstream.h2c.frames import CANCEL
 
 _DEFAULT_TIMEOUTS = UpstreamTimeouts()
 

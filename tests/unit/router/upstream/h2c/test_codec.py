@@ -11,8 +11,8 @@ from h2.errors import ErrorCodes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dataplane.http.h2_frames import CANCEL, H2ProtocolError
 from dataplane.router.upstream.h2c.codec import ClientCodec
-from dataplane.router.upstream.h2c.frames import CANCEL, H2ProtocolError
 from tests.fakes.codec_listener import Recorder
 
 

@@ -1,9 +1,11 @@
-"""HTTP/2 wire constants and the stateless encoding pieces of the h2c client (RFC 9113, RFC 7541).
+"""HTTP/2 wire constants and stateless encoding pieces (RFC 9113, RFC 7541), shared by the h2c
+server (``dataplane.http``) and the h2c upstream client (``dataplane.router.upstream.h2c``).
 
 Frame layout (RFC 9113 §4.1), frame types, flags, error codes and SETTINGS identifiers, plus the
-HPACK field encoding the client uses for requests: "literal without indexing" with static-table
-names (RFC 7541 §6.2.2) and plain (non-Huffman) string literals (§5.2). Encoding this way keeps no
-encoder state, so nothing has to stay in step with the peer's decoder.
+HPACK field encoding both sides use for the header blocks they send: "literal without
+indexing" with static-table names (RFC 7541 §6.2.2) and plain (non-Huffman) string literals
+(§5.2). Encoding this way keeps no encoder state, so nothing has to stay in step with the
+peer's decoder.
 """
 
 from __future__ import annotations
