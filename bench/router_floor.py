@@ -89,8 +89,8 @@ def _engine(name: str, logs: Path, model_dir: Path, *extra: str) -> Proc:
     return spawn(name, argv, port, logs)
 
 
-def _control_plane(name: str, engines: list[Proc], h2c: bool, logs: Path) -> str:
-    """A control plane holding ``engines`` and the fleet contract; its gRPC address."""
+def _control_plane(name: str, engines: list[Proc], h2c: bool, logs: Path) -> tuple[Proc, str]:
+    """A control plane holding ``engines`` and the fleet contract, and its gRPC address."""
     grpc_port, http_port = free_port(), free_port()
     argv = [PY, "-m", "controlplane", "--listen", f"127.0.0.1:{grpc_port}"]
     argv += ["--http-listen", f"127.0.0.1:{http_port}", "--store", f"sqlite:{logs / (name + '.db')}"]
@@ -108,7 +108,7 @@ def _control_plane(name: str, engines: list[Proc], h2c: bool, logs: Path) -> str
         check=True,
         capture_output=True,
     )
-    return address
+    return plane, address
 
 
 @dataclass
@@ -209,8 +209,11 @@ def run(args: argparse.Namespace) -> int:
             wait_http(e, "/health")
         for e in h2:
             wait_port(e)
-        cp_h1 = _control_plane("control-h1", h1, False, logs)
-        cp_h2 = _control_plane("control-h2c", h2, True, logs)
+        # Into procs at once, so the finally below stops them whatever fails next.
+        for_h1, cp_h1 = _control_plane("control-h1", h1, False, logs)
+        procs.append(for_h1)
+        for_h2, cp_h2 = _control_plane("control-h2c", h2, True, logs)
+        procs.append(for_h2)
 
         def want(name: str) -> bool:
             return only is None or name in only
