@@ -18,6 +18,10 @@ counted: bench/router_overhead.py measures that):
 - ``--h2c``: the chat request again, forwarded to an h2c worker (``upstream.h2c``) whose
   transport answers each HEADERS frame with the same answer as HEADERS + DATA frames (the row
   ``router-h2c``);
+- ``--front-h2c``: the chat request again, sent by an h2c prior-knowledge client (RFC 9113 §3.3)
+  to the router's front door (``dataplane.http.http2``), forwarded to the HTTP/1.1 worker (the
+  row ``h2c-router``), and to the bare handler (``h2c-bare``); one stream at a time on one
+  connection, the next request's HEADERS + DATA sent when the answer's END_STREAM arrives;
 - ``--access-log``: the chat request again on a router with ``--access-log /dev/null`` (the
   row ``router-log``): the buffering per request, the timer's batches, their encoding and writes;
 - ``--workers N``: the chat request again on a router with N workers whose engine load views are
@@ -169,6 +173,24 @@ def _h2_answers(data: bytes) -> bytes:
     return b"".join(out)
 
 
+# The h2c client's side of the front door: its preface, SETTINGS and a connection window opened
+# wide (the answers would use up the 65535 of RFC 9113's default), then per request HEADERS
+# (:method POST and :scheme http fully indexed, the rest literal) and the body as one DATA frame.
+_FRONT_BODY = REQUEST[REQUEST.index(b"\r\n\r\n") + 4 :]
+_FRONT_START = _H2_PREFACE + _frame(4, 0, 0, b"") + _frame(8, 0, 0, (2**31 - 1 - 65535).to_bytes(4, "big"))
+_FRONT_BLOCK = (
+    b"\x83\x86"
+    + _hpack_literal(b":path", b"/v1/chat/completions")
+    + _hpack_literal(b":authority", b"127.0.0.1:8000")
+    + _hpack_literal(b"content-type", b"application/json")
+    + _hpack_literal(b"content-length", str(len(_FRONT_BODY)).encode())
+)
+
+
+def _front_request(stream_id: int) -> bytes:
+    return _frame(1, 0x4, stream_id, _FRONT_BLOCK) + _frame(0, 0x1, stream_id, _FRONT_BODY)
+
+
 def _fresh_views(urls: list[str]) -> dict[str, Any]:
     """FRESH engine views of SGLang 0.5.23's full LoadStat, a different load on each worker."""
     from dataplane.router.control.convert import EngineLoad
@@ -236,7 +258,7 @@ async def _drive(mode: str, n: int) -> None:
 
         upstream_h2c.H2Pool._open = open_h2  # type: ignore[method-assign,assignment]
         handler: Any = router.proxy.handle
-    elif mode in ROUTE_REQUESTS or workers or mode == "router-log":
+    elif mode in ROUTE_REQUESTS or workers or mode == "h2c-router" or mode == "router-log":
         urls = [f"http://127.0.0.1:{9 + i}" for i in range(max(1, workers))]
         args = ["--listen", "127.0.0.1:0", "--worker", urls[0], "--override-sampling-params", CONTRACT]
         if mode == "router-log":
@@ -258,6 +280,9 @@ async def _drive(mode: str, n: int) -> None:
 
     done = loop.create_future()
     answered = 0
+    if mode.startswith("h2c-"):
+        await _drive_h2c(loop, handler, n, done)
+        return
     client = Http1Connection(ServerContext(handler, ServerLimits(), loop))
 
     def on_answer(data: bytes) -> None:
@@ -276,6 +301,50 @@ async def _drive(mode: str, n: int) -> None:
     await done
     if mode == "router-log":
         await router.access_log.stop()  # type: ignore[union-attr]  # the last batch: encoded and written
+
+
+async def _drive_h2c(loop: asyncio.AbstractEventLoop, handler: Any, n: int, done: Any) -> None:
+    """The ``h2c-*`` rows: one h2c client connection of the front door, one stream at a time."""
+    from dataplane.http import ServerLimits
+    from dataplane.http.context import ServerContext
+    from dataplane.http.http2 import Http2Connection
+
+    server = Http2Connection(ServerContext(handler, ServerLimits(), loop))
+    answered = 0
+    stream_id = 1
+    settings_ack = b""
+
+    def on_bytes(data: bytes) -> None:
+        nonlocal answered, stream_id, settings_ack
+        at = 0
+        ended = False
+        while at + 9 <= len(data):
+            length = int.from_bytes(data[at : at + 3], "big")
+            kind, flags = data[at + 3], data[at + 4]
+            if kind == 4 and not flags & 1:  # the server's SETTINGS: acknowledged with the next request
+                settings_ack = _frame(4, 1, 0, b"")
+            elif kind == 1 and data[at + 9] != 0x88:  # :status 200 (static index 8)
+                done.set_exception(RuntimeError(f"unexpected answer: {data[:300]!r}"))
+                return
+            elif kind in (3, 7):
+                done.set_exception(RuntimeError(f"reset or GOAWAY: {data[:300]!r}"))
+                return
+            if kind in (0, 1) and flags & 1:
+                ended = True
+            at += 9 + length
+        if not ended:
+            return
+        answered += 1
+        if answered >= n:
+            done.set_result(None)
+            return
+        stream_id += 2
+        request, settings_ack = settings_ack + _front_request(stream_id), b""
+        loop.call_soon(server.data_received, request)
+
+    server.connection_made(MemoryTransport(on_bytes))  # type: ignore[arg-type]
+    loop.call_soon(server.data_received, _FRONT_START + _front_request(stream_id))
+    await done
 
 
 def _memory_loop() -> Any:
@@ -333,6 +402,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=0, help="also N workers with FRESH engine views")
     parser.add_argument("--h2c", action="store_true", help="also the chat request to an h2c worker")
     parser.add_argument(
+        "--front-h2c", action="store_true", help="also an h2c client at the front door (h2c-router, h2c-bare)"
+    )
+    parser.add_argument(
         "--access-log", action="store_true", help="also the router with --access-log (to /dev/null)"
     )
     args = parser.parse_args()
@@ -353,6 +425,8 @@ def main() -> int:
     modes = ["bare", "router", *(("responses", "generate") if args.dialects else ())]
     if args.h2c:
         modes.append("router-h2c")
+    if args.front_h2c:
+        modes += ["h2c-bare", "h2c-router"]
     if args.access_log:
         modes.append("router-log")
     if args.workers:
