@@ -1,8 +1,9 @@
 """fleetplane's HTTP server: HTTP/1.1 and h2c prior knowledge on one listener (SPEC §5).
 
 Used by the router's front door and by ``engine-sim``. Protocol-level (``asyncio.Protocol``,
-httptools, h2), bytes in and bytes out, works on uvloop or plain asyncio (install the uvloop
-policy in the entry point, not here). Every accepted socket gets TCP_NODELAY.
+httptools, a lean h2 codec of our own, ``h2_server_codec``), bytes in and bytes out, works on
+uvloop or plain asyncio (install the uvloop policy in the entry point, not here). Every
+accepted socket gets TCP_NODELAY.
 
 API (stable)::
 
@@ -56,7 +57,7 @@ answered); past it the largest bodies still arriving anywhere are refused 503
 ``buffers_full`` (HTTP/1.1: and the connection closes; h2: the stream is reset), so a
 client trickling huge bodies loses before one sending a small request. ``max_connection_body_bytes``
 bounds the bodies in transit on one h2 connection (windows advertised no larger). On h2 every frame
-header is read before h2 parses it: a frame over our SETTINGS_MAX_FRAME_SIZE is a GOAWAY
+header is read before the codec parses it: a frame over our SETTINGS_MAX_FRAME_SIZE is a GOAWAY
 (FRAME_SIZE_ERROR) at its header, and control-frame, empty-frame, PRIORITY and WINDOW_UPDATE floods
 a GOAWAY(ENHANCE_YOUR_CALM) (``h2_guard``). A request line without an HTTP version (HTTP/0.9) is
 a 400, one with HTTP/2.0 a 505.

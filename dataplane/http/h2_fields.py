@@ -1,14 +1,13 @@
 """What makes an h2 request malformed (RFC 9113 §8.1.1), checked per stream.
 
-python-h2 validates inbound fields itself but raises every violation as a connection error
-(GOAWAY): one bad request from one client would drop every stream a proxy multiplexes on the
-same connection. RFC 9113 §8.1.1 makes a malformed request a *stream* error, so the server
-turns h2's checks off (``validate_inbound_headers=False``, and ``LenientH2Connection`` for the
-checks h2 has no switch for: content-length vs DATA, a second header block without END_STREAM)
-and does them here, in one pass over the field list:
-field syntax (§8.2.1), connection-specific fields (§8.2.2), pseudo-headers (§8.3, §8.3.1),
-content-length syntax (RFC 9110 §8.6) and Host (RFC 9110 §7.2). Framing errors (bad HPACK,
-frames on closed streams, flow control) stay connection errors inside h2.
+RFC 9113 §8.1.1 makes a malformed request a *stream* error: one bad request from one client must
+not drop every stream a proxy multiplexes on the same connection. The codec
+(``h2_server_codec``) hands every decoded header block to the connection, which checks it here,
+in one pass over the field list: field syntax (§8.2.1), connection-specific fields (§8.2.2),
+pseudo-headers (§8.3, §8.3.1), content-length syntax (RFC 9110 §8.6) and Host (RFC 9110 §7.2);
+cookie crumbs are joined into one field (§8.2.3). The content-length against the DATA and a
+second header block without END_STREAM are checked by the connection (``http2``). Framing
+errors (bad HPACK, frames on closed streams, flow control) stay connection errors in the codec.
 """
 
 from __future__ import annotations
@@ -16,12 +15,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from typing import Final
-
-from h2.connection import AllowedStreamIDs, H2Connection
-from h2.events import Event
-from h2.stream import H2Stream, StreamState
-from h2.utilities import is_informational_response
-from hyperframe.frame import Frame
 
 from dataplane.http.wire import Headers
 
@@ -31,7 +24,7 @@ _CONNECTION_SPECIFIC: Final = frozenset(
     {b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade"}
 )
 # Regular names that need more than the syntax check (never cached as plain).
-_SPECIAL: Final = _CONNECTION_SPECIFIC | {b"te", b"content-length", b"host"}
+_SPECIAL: Final = _CONNECTION_SPECIFIC | {b"te", b"content-length", b"host", b"cookie"}
 # RFC 9113 §8.2.1: no 0x00-0x20, no upper case (0x41-0x5a), no 0x7f-0xff, no colon past the
 # first character (a pseudo-header's); an empty name is no name.
 _NAME_OK: Final = re.compile(rb"[^\x00-\x20A-Z:\x7f-\xff]+").fullmatch
@@ -42,8 +35,8 @@ _AUTHORITY_SCHEMES: Final = frozenset({b"http", b"https"})
 _HUGE: Final = 1 << 62  # stands for any content-length of more than 18 digits
 
 # Names seen valid and not special: later requests pay one set lookup for them. Bounded, so a
-# client sending ever new names cannot grow it.
-_plain_names: set[bytes] = {b"user-agent", b"accept", b"content-type", b"authorization", b"cookie"}
+# client sending ever new names cannot grow it. (``cookie`` is special: its crumbs are joined.)
+_plain_names: set[bytes] = {b"user-agent", b"accept", b"content-type", b"authorization"}
 _PLAIN_NAMES_MAX: Final = 2048
 
 
@@ -89,10 +82,13 @@ def request_fields(fields: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, bytes,
     """``(method, path, headers, content_length)`` of a request HEADERS block, or raise
     ``MalformedRequest``. ``headers`` has the regular fields, plus ``host`` from ``:authority``
     when the client sent none (handlers read the target host there); content_length is -1 when
-    absent."""
+    absent. Several ``cookie`` fields become one, where the first was, joined with "; " (RFC
+    9113 §8.2.3: what an HTTP/1.1 hop needs)."""
     method = scheme = path = authority = host = None
     length = -1
     headers: Headers = []
+    cookies: list[bytes] | None = None
+    cookie_at = 0
     try:
         for name, value in fields:
             if value:
@@ -121,8 +117,7 @@ def request_fields(fields: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, bytes,
                         raise MalformedRequest("duplicated :authority")
                     authority = value
                 continue
-            _check_name(name)
-            if name in _SPECIAL:
+            if name in _SPECIAL:  # valid names all: no syntax check needed
                 if name in _CONNECTION_SPECIFIC:
                     raise MalformedRequest(f"connection-specific field {name!r} (RFC 9113 §8.2.2)")
                 if name == b"te":
@@ -130,17 +125,27 @@ def request_fields(fields: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, bytes,
                         raise MalformedRequest("te other than trailers (RFC 9113 §8.2.2)")
                 elif name == b"content-length":
                     length = _content_length(value, length)
+                elif name == b"cookie":
+                    if cookies is not None:
+                        cookies.append(value)
+                        continue
+                    cookies = [value]
+                    cookie_at = len(headers)
                 else:  # host: RFC 9110 §7.2, one only
                     if host is not None:
                         raise MalformedRequest("more than one host field")
                     host = value
-            elif len(_plain_names) < _PLAIN_NAMES_MAX:
-                _plain_names.add(name)
+            else:
+                _check_name(name)
+                if len(_plain_names) < _PLAIN_NAMES_MAX:
+                    _plain_names.add(name)
             headers.append((name, value))
         _check_pseudo(method, scheme, path, authority, host)
     except MalformedRequest as exc:
         exc.target = path or b""
         raise
+    if cookies is not None and len(cookies) > 1:
+        headers[cookie_at] = (b"cookie", b"; ".join(cookies))
     if authority is not None and host is None:
         headers.append((b"host", authority))
     return method or b"", path or b"", headers, length
@@ -184,48 +189,3 @@ def check_trailer_fields(fields: Iterable[tuple[bytes, bytes]]) -> None:
         _check_name(name)
         if name in _CONNECTION_SPECIFIC:
             raise MalformedRequest(f"connection-specific field {name!r} in trailers")
-
-
-class MalformedHeaderBlock(Event):
-    """A header block after the request's that does not end the stream (RFC 9113 §8.1: the
-    request is malformed). h2 would raise a connection error; the stream's state is left as it
-    was, for the server to answer 400 and reset the stream."""
-
-    def __init__(self, stream_id: int) -> None:
-        self.stream_id = stream_id
-
-
-class _RequestStream(H2Stream):
-    """A stream whose content-length is checked by the server, not by h2: h2 raises a mismatch
-    (and a bad value) as a connection error, RFC 9113 §8.1.1 makes it a stream error. The same
-    for a second header block without END_STREAM."""
-
-    def receive_headers(
-        self, headers: Iterable[tuple[bytes, bytes]], end_stream: bool, header_encoding: bool | str | None
-    ) -> tuple[list[Frame], list[Event]]:
-        machine = self.state_machine
-        if not end_stream and machine.headers_received and machine.state == StreamState.OPEN:
-            return [], [MalformedHeaderBlock(self.stream_id)]
-        if is_informational_response(headers):
-            # ":status: 1xx" in a request: h2 would take the block for an informational response
-            # and fail the connection. Hidden from that test, it arrives as a request (or
-            # trailers) with a :status field, which the server rejects as malformed.
-            headers = [(n, b"x" + v if n == b":status" else v) for n, v in headers]
-        return super().receive_headers(headers, end_stream, header_encoding)
-
-    def _initialize_content_length(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
-        return
-
-    def _track_content_length(self, length: int, end_stream: bool) -> None:
-        return
-
-
-class LenientH2Connection(H2Connection):
-    """``H2Connection`` whose streams leave request validation to ``request_fields`` and the
-    connection's own content-length accounting (``http2``)."""
-
-    def _begin_new_stream(self, stream_id: int, allowed_ids: AllowedStreamIDs) -> H2Stream:
-        stream = super()._begin_new_stream(stream_id, allowed_ids)
-        # Same layout (no new slots): only the two content-length methods change.
-        stream.__class__ = _RequestStream
-        return stream

@@ -1,12 +1,13 @@
-"""What a client's h2 byte stream is checked for before ``h2`` parses it: frame sizes and floods.
+"""What a client's h2 byte stream is checked for before the codec parses it: frame sizes and floods.
 
-python-h2 reads a whole frame before it compares its length with SETTINGS_MAX_FRAME_SIZE, so a
-frame header announcing 2^24-1 bytes made it buffer 16 MiB per connection.
-``FrameGuard`` reads each 9-byte frame header (RFC 9113 §4.1) as the bytes arrive and says when
-the connection must end, before h2 sees the bytes; h2 then never holds more than one frame.
+A codec reads a whole frame before it acts on it (python-h2, used here before, compared its
+length with SETTINGS_MAX_FRAME_SIZE only then, so a frame header announcing 2^24-1 bytes made it
+buffer 16 MiB per connection). ``FrameGuard`` reads each 9-byte frame header (RFC 9113 §4.1) as
+the bytes arrive and says when the connection must end, before the codec (``h2_server_codec``)
+sees the bytes; the codec then never holds more than one frame.
 
 - A frame longer than our SETTINGS_MAX_FRAME_SIZE (``h2_max_frame_bytes``): FRAME_SIZE_ERROR at
-  once (RFC 9113 §4.2; treated as a connection error for every frame type, as h2 does).
+  once (RFC 9113 §4.2; treated as a connection error for every frame type).
 - Floods, with Envoy's HTTP/2 flood limits (``Http2ProtocolOptions``) as the
   model, each ended with GOAWAY(ENHANCE_YOUR_CALM):
 
@@ -17,13 +18,13 @@ the connection must end, before h2 sees the bytes; h2 then never holds more than
     (``max_inbound_priority_frames_per_stream``, 100);
   * more WINDOW_UPDATE frames than 5 + 2 x (streams opened + ``h2_max_window_updates_per_data_frame``
     x DATA frames sent) (``max_inbound_window_update_frames_per_data_frame_sent``, 10);
-  * control frames (PING, SETTINGS, RST_STREAM, frame types h2 ignores): Envoy bounds the replies
-    queued for the client (``max_outbound_control_frames``, 1000), but on asyncio a client that
+  * control frames (PING, SETTINGS, RST_STREAM, frame types the codec ignores): Envoy bounds the
+    replies queued for the client (``max_outbound_control_frames``, 1000), but on asyncio a client that
     reads takes each batch of PING/SETTINGS acks at once, so that bound alone leaves a flood's CPU
     cost unbounded. Here they draw on a budget of ``h2_max_control_frames`` refilled at
     ``h2_control_frames_per_s`` (and by one for each stream the client opens, which may end in one
-    RST_STREAM); a SETTINGS frame costs one more per six-byte parameter, which h2 applies one by
-    one.
+    RST_STREAM); a SETTINGS frame costs one more per six-byte parameter, which the codec applies
+    one by one.
 
 "Streams opened" counts HEADERS frames that open a new stream (Envoy counts answered streams).
 Per frame the guard reads the header and a pad-length byte, no payload: a DATA frame carrying a
@@ -35,8 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from h2.errors import ErrorCodes
-
+from dataplane.http.h2_frames import ENHANCE_YOUR_CALM, FRAME_SIZE_ERROR
 from dataplane.http.limits import ServerLimits
 from dataplane.http.wire import H2_PREFACE
 
@@ -97,7 +97,7 @@ class FrameGuard:
         self.reason = ""  # why the last non-zero ``check`` ended the connection
 
     def check(self, data: bytes) -> int:
-        """0 when h2 may parse ``data``, else the error code to end the connection with."""
+        """0 when the codec may parse ``data``, else the error code to end the connection with."""
         n = len(data)
         pos = self._skip
         if pos >= n:
@@ -118,7 +118,7 @@ class FrameGuard:
                 self.reason = (
                     f"frame of {length} bytes, SETTINGS_MAX_FRAME_SIZE is {max_frame} (RFC 9113 §4.2)"
                 )
-                return ErrorCodes.FRAME_SIZE_ERROR
+                return FRAME_SIZE_ERROR
             kind = data[pos + 3]
             if kind == _DATA and length and not data[pos + 4] & _PADDED:
                 self._empty = 0  # the common case: a DATA frame carrying body bytes
@@ -159,7 +159,7 @@ class FrameGuard:
             self._empty += 1
             if self._empty > self._max_empty:
                 self.reason = f"{self._empty} consecutive empty DATA/HEADERS/CONTINUATION frames"
-                return ErrorCodes.ENHANCE_YOUR_CALM
+                return ENHANCE_YOUR_CALM
             return 0
         if kind == _WINDOW_UPDATE:
             self._window_updates += 1
@@ -170,16 +170,16 @@ class FrameGuard:
                 )
                 if self._window_updates > self._window_updates_allowed:
                     self.reason = f"{self._window_updates} WINDOW_UPDATE frames for the DATA frames sent"
-                    return ErrorCodes.ENHANCE_YOUR_CALM
+                    return ENHANCE_YOUR_CALM
             return 0
         if kind == _PRIORITY:
             self._priority += 1
             if self._priority > self._per_stream * (1 + self._streams):
                 self.reason = f"{self._priority} PRIORITY frames for {self._streams} streams"
-                return ErrorCodes.ENHANCE_YOUR_CALM
+                return ENHANCE_YOUR_CALM
             return 0
         if kind in (_GOAWAY, _PUSH_PROMISE):
-            return 0  # the first ends the connection; the second is h2's protocol error
+            return 0  # the first ends the connection; the second is the codec's protocol error
         cost = 1 + length // 6 if kind == _SETTINGS else 1
         now = self._clock()
         budget = self._budget + (now - self._budget_at) * self._refill_per_s
@@ -188,5 +188,5 @@ class FrameGuard:
         self._budget = budget
         if budget < 0:
             self.reason = "control frame flood (PING, SETTINGS, RST_STREAM or unknown frame types)"
-            return ErrorCodes.ENHANCE_YOUR_CALM
+            return ENHANCE_YOUR_CALM
         return 0

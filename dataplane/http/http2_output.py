@@ -3,19 +3,16 @@
 Outbound data beyond the peer's window (RFC 9113 §5.2) waits in a per-stream buffer until
 WINDOW_UPDATE, so one slow stream never blocks the others; streams still waiting are served
 round-robin. A streaming writer waits once ``h2_stream_buffer_bytes`` of its answer is queued
-(``H2Responder``). Bytes queued in ``h2`` leave in one write per loop turn (``_schedule_flush``).
+(``H2Responder``). Frames queued in the codec leave in one write per loop turn (``schedule_flush``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-
-from h2.exceptions import H2Error
 
 from dataplane.http.backpressure import WriteBackpressure
 from dataplane.http.context import ServerContext
-from dataplane.http.h2_fields import LenientH2Connection
+from dataplane.http.h2_server_codec import ServerCodec, StreamClosed
 from dataplane.http.http2_responder import H2Responder
 
 
@@ -28,7 +25,7 @@ class Http2Output(WriteBackpressure):
 
     # Set by ``Http2Connection.__init__`` (as ``WriteBackpressure`` declares what it uses).
     _ctx: ServerContext
-    h2: LenientH2Connection
+    codec: ServerCodec
     transport: asyncio.Transport | None
     _streams: dict[int, H2Responder]
     _blocked: dict[int, H2Responder]  # answers waiting for window
@@ -59,7 +56,7 @@ class Http2Output(WriteBackpressure):
             resp._mark_disconnected()
             self._maybe_idle()
 
-    def _on_window(self, sid: int) -> None:
+    def on_window(self, sid: int) -> None:
         if sid == 0:
             for resp in list(self._blocked.values()):
                 self._send_pending(resp)
@@ -75,18 +72,18 @@ class Http2Output(WriteBackpressure):
             pending += data
             resp._end_pending = end
             return
-        h2 = self.h2
+        codec = self.codec
         sid = resp._sid
         total = len(data)
         offset = 0
-        max_frame = h2.max_outbound_frame_size
+        max_frame = codec.peer_max_frame
         while offset < total:
-            window = h2.local_flow_control_window(sid)
+            window = codec.window(sid)
             if window <= 0:
                 break
             n = min(window, max_frame, total - offset)
             last = offset + n == total
-            h2.send_data(sid, data if n == total else data[offset : offset + n], end_stream=end and last)
+            codec.send_data(sid, data if n == total else data[offset : offset + n], end and last)
             self._data_frames += 1
             offset += n
         if offset < total:
@@ -95,27 +92,27 @@ class Http2Output(WriteBackpressure):
             self._blocked[sid] = resp
         elif end:
             if not total:
-                h2.end_stream(sid)
+                codec.send_data(sid, b"", True)
             self.stream_done(resp)
 
     def _send_pending(self, resp: H2Responder) -> None:
         pending = resp._pending
         if pending is None:
             return
-        h2 = self.h2
+        codec = self.codec
         sid = resp._sid
-        max_frame = h2.max_outbound_frame_size
+        max_frame = codec.peer_max_frame
         try:
             while pending:
-                window = h2.local_flow_control_window(sid)
+                window = codec.window(sid)
                 if window <= 0:
                     break
                 n = min(window, max_frame, len(pending))
                 chunk = bytes(pending[:n])
                 del pending[:n]  # O(1) at the front of a bytearray
-                h2.send_data(sid, chunk, end_stream=resp._end_pending and not pending)
+                codec.send_data(sid, chunk, resp._end_pending and not pending)
                 self._data_frames += 1
-        except H2Error:
+        except StreamClosed:
             self.on_reset(sid)
             return
         if not pending:
@@ -135,8 +132,7 @@ class Http2Output(WriteBackpressure):
 
     def stream_done(self, resp: H2Responder) -> None:
         if resp._rst_code is not None:
-            with contextlib.suppress(H2Error):
-                self.h2.reset_stream(resp._sid, resp._rst_code)
+            self.codec.reset_stream(resp._sid, resp._rst_code)  # nothing if the stream is closed
         if self._streams.pop(resp._sid, None) is not None:
             if resp._body_bytes:
                 self.release_body(resp)
@@ -159,7 +155,7 @@ class Http2Output(WriteBackpressure):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        data = self.h2.data_to_send()
+        data = self.codec.take_output()
         transport = self.transport
         # Handlers may still answer after the connection started closing: drop their bytes.
         if data and not self.lost and transport is not None and not transport.is_closing():

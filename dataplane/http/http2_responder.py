@@ -5,30 +5,27 @@ within the peer's flow-control windows by the connection (see ``http2``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Protocol
 
-from h2.errors import ErrorCodes
-from h2.exceptions import H2Error
-
-from dataplane.http.h2_fields import LenientH2Connection
+from dataplane.http.h2_frames import INTERNAL_ERROR
+from dataplane.http.h2_server_codec import ServerCodec, StreamClosed, encode_response
 from dataplane.http.limits import ServerLimits
 from dataplane.http.request import ClientDisconnected, Responder
-from dataplane.http.wire import Headers, body_allowed, h2_response_headers
+from dataplane.http.wire import Headers, body_allowed
 
 NEW, STREAMING, DONE = 0, 1, 2
 
 
 class StreamHost(Protocol):
     """What a stream's answer needs from its connection (``http2.Http2Connection``, whose
-    sending half is ``http2_output.Http2Output``): the h2 state machine, sending within the
-    flow-control windows, and the write backpressure of the socket."""
+    sending half is ``http2_output.Http2Output``): the codec, sending within the flow-control
+    windows, and the write backpressure of the socket."""
 
     lost: bool
     write_paused: bool
     loop: asyncio.AbstractEventLoop
     limits: ServerLimits
-    h2: LenientH2Connection
+    codec: ServerCodec
 
     def send_body(self, resp: H2Responder, data: bytes, end: bool) -> None:
         """DATA for ``resp`` within the windows; the rest waits for WINDOW_UPDATE."""
@@ -43,7 +40,7 @@ class StreamHost(Protocol):
         ...
 
     def schedule_flush(self) -> None:
-        """Send what the h2 state machine has queued, once per loop iteration."""
+        """Send what the codec has queued, once per loop iteration."""
         ...
 
     async def wait_writable(self) -> None: ...
@@ -93,7 +90,7 @@ class H2Responder(Responder):
         self._deadline = 0.0
         self._pending: bytearray | None = None
         self._end_pending = False
-        self._rst_code: ErrorCodes | None = None  # RST_STREAM after a complete early answer
+        self._rst_code: int | None = None  # RST_STREAM after a complete early answer
         self._flow_waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -106,17 +103,17 @@ class H2Responder(Responder):
             return
         allowed = body_allowed(status)
         # Built before committing: a bad header raises with the answer still unsent.
-        fields = h2_response_headers(status, headers, len(body) if allowed else None)
+        block = encode_response(status, headers, len(body) if allowed else None)
         self._state = DONE
-        h2 = conn.h2
+        codec = conn.codec
         try:
             if not allowed or self._head or not body:
-                h2.send_headers(self._sid, fields, end_stream=True)
+                codec.send_headers(self._sid, block, True)
                 conn.stream_done(self)
             else:
-                h2.send_headers(self._sid, fields)
+                codec.send_headers(self._sid, block, False)
                 conn.send_body(self, body, True)
-        except H2Error:
+        except StreamClosed:
             conn.on_reset(self._sid)
         conn.schedule_flush()
 
@@ -127,13 +124,13 @@ class H2Responder(Responder):
         if self._disc or conn.lost:
             self._state = STREAMING
             return
-        fields = h2_response_headers(status, headers, None)
+        block = encode_response(status, headers, None)
         self._state = STREAMING
         if not body_allowed(status):
             self._head = True  # nothing may follow the headers; end() closes the stream
         try:
-            conn.h2.send_headers(self._sid, fields)
-        except H2Error:
+            conn.codec.send_headers(self._sid, block, False)
+        except StreamClosed:
             conn.on_reset(self._sid)
         conn.schedule_flush()
 
@@ -147,7 +144,7 @@ class H2Responder(Responder):
         conn = self._conn
         try:
             conn.send_body(self, chunk, False)
-        except H2Error:
+        except StreamClosed:
             conn.on_reset(self._sid)
             raise ClientDisconnected from None
         conn.schedule_flush()
@@ -181,8 +178,8 @@ class H2Responder(Responder):
             self._end_pending = True
             return
         try:
-            conn.h2.end_stream(self._sid)
-        except H2Error:
+            conn.codec.send_data(self._sid, b"", True)
+        except StreamClosed:
             conn.on_reset(self._sid)
             return
         conn.stream_done(self)
@@ -195,8 +192,7 @@ class H2Responder(Responder):
         conn = self._conn
         if self._disc or conn.lost:
             return
-        with contextlib.suppress(H2Error):
-            conn.h2.reset_stream(self._sid, ErrorCodes.INTERNAL_ERROR)
+        conn.codec.reset_stream(self._sid, INTERNAL_ERROR)
         conn.on_reset(self._sid)
         conn.schedule_flush()
 

@@ -100,6 +100,7 @@ PURE_MODULES = (
     "dataplane/errors.py",
     "dataplane/http/wire.py",
     "dataplane/http/h2_fields.py",
+    "dataplane/http/h2_server_codec.py",
     "dataplane/router/contract",
     "dataplane/router/headers.py",
     "dataplane/router/clients.py",

@@ -127,6 +127,46 @@ async def test_malformed_head_that_ends_the_stream_is_closed_by_the_400() -> Non
         await client.close()
 
 
+async def test_request_led_by_an_informational_status_is_malformed() -> None:
+    """A request block led by ":status: 100" gets 400 bad_request, not taken for a response the
+    connection fails over: the next request on the connection is served (raw frames: h2's client
+    refuses to send such a block)."""
+    import hpack
+
+    def frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
+        return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big") + payload
+
+    seen.clear()
+    encoder = hpack.Encoder()
+    async with serving(echo) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+            + frame(4, 0, 0, b"")
+            + frame(1, 5, 1, encoder.encode([(b":status", b"100"), M, P, S, A]))
+            + frame(1, 5, 3, encoder.encode([M, (b":path", b"/ok"), S, A]))
+        )
+        decoder = hpack.Decoder()
+        answers: dict[int, tuple[bytes, bytes]] = {}
+        ended: set[int] = set()
+        while ended != {1, 3}:
+            head = await asyncio.wait_for(reader.readexactly(9), 5)
+            payload = await reader.readexactly(int.from_bytes(head[:3], "big"))
+            sid = int.from_bytes(head[5:9], "big")
+            if head[3] == 1:
+                answers[sid] = (dict(decoder.decode(payload, raw=True))[b":status"], b"")
+            elif head[3] == 0 and sid in answers:
+                answers[sid] = (answers[sid][0], answers[sid][1] + payload)
+            elif head[3] in (3, 7):
+                raise AssertionError(f"RST_STREAM or GOAWAY: {head + payload!r}")
+            if head[3] in (0, 1) and head[4] & 1:
+                ended.add(sid)
+        writer.close()
+    assert answers[1][0] == b"400" and json.loads(answers[1][1])["error"]["code"] == "bad_request"
+    assert answers[3] == (b"200", b"/ok ")
+    assert b"/bad" not in seen
+
+
 # (content-length, DATA frames, whether the client ends the stream with the last one)
 BAD_LENGTHS = {
     "more DATA than content-length, ended": (b"3", [b"abcdef"], True),
