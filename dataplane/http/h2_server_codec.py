@@ -141,12 +141,17 @@ def encode_response(status: int, headers: Headers, content_length: int | None) -
             continue
         prefix = names.get(name)
         n = len(value)
+        # String literals (RFC 7541 §5.2), their one-octet length inline when below 127.
+        literal = bytes((n,)) + value if n < 127 else hpack_str(value)
         if prefix is not None:
-            parts.append(prefix + (bytes((n,)) + value if n < 127 else hpack_str(value)))
+            parts.append(prefix + literal)
+        elif len(name) < 127:
+            parts.append(b"\x00" + bytes((len(name),)) + name + literal)
         else:
-            parts.append(b"\x00" + hpack_str(name) + (bytes((n,)) + value if n < 127 else hpack_str(value)))
+            parts.append(b"\x00" + hpack_str(name) + literal)
     if content_length is not None:
-        parts.append(_CONTENT_LENGTH + hpack_str(b"%d" % content_length))
+        digits = b"%d" % content_length
+        parts.append(_CONTENT_LENGTH + bytes((len(digits),)) + digits)
     return b"".join(parts)
 
 
@@ -248,13 +253,13 @@ class ServerCodec:
         "_listener",
         "_max_block",
         "_max_streams",
-        "_out",
         "_preface",
         "_reset",
         "_stream_window",
         "_streams",
         "conn_send_window",
         "highest_stream_id",
+        "out",
         "peer_initial_window",
         "peer_max_frame",
     )
@@ -270,7 +275,7 @@ class ServerCodec:
         max_header_list_size: int,
     ) -> None:
         self._listener = listener
-        self._out: list[bytes] = []
+        self.out: list[bytes] = []  # frames to send (``take_output``; the connection may read it)
         self._buf = b""
         self._preface = True  # still expecting the client preface (then its SETTINGS)
         self._streams: dict[int, _Stream] = {}
@@ -300,10 +305,10 @@ class ServerCodec:
                 (S_ENABLE_PUSH, 0),
             )
         )
-        self._out.append(frame(SETTINGS, 0, 0, settings))
+        self.out.append(frame(SETTINGS, 0, 0, settings))
         if self._conn_recv_max > DEFAULT_WINDOW:
             grow = self._conn_recv_max - DEFAULT_WINDOW
-            self._out.append(frame(WINDOW_UPDATE, 0, 0, grow.to_bytes(4, "big")))
+            self.out.append(frame(WINDOW_UPDATE, 0, 0, grow.to_bytes(4, "big")))
 
     # -- receiving ------------------------------------------------------------------------------
 
@@ -337,7 +342,10 @@ class ServerCodec:
             if kind == DATA:
                 self._on_data(sid, flags, payload, length)
             elif kind == HEADERS:
-                self._on_headers(sid, flags, payload)
+                if sid and flags & (END_HEADERS | PADDED | PRIORITY_FLAG) == END_HEADERS:
+                    self._headers_done(sid, flags, payload)  # the common case: one plain block
+                else:
+                    self._on_headers(sid, flags, payload)
             elif kind == CONTINUATION:
                 self._on_continuation(sid, flags, payload)
             elif kind == RST_STREAM:
@@ -354,7 +362,7 @@ class ServerCodec:
                 if sid:
                     raise H2ProtocolError("PING on a stream")
                 if not flags & ACK:
-                    self._out.append(frame(PING, ACK, 0, payload))
+                    self.out.append(frame(PING, ACK, 0, payload))
             elif kind == GOAWAY:
                 if sid:
                     raise H2ProtocolError("GOAWAY on a stream")
@@ -386,7 +394,7 @@ class ServerCodec:
         # or drops them (so the connection window never closes for long).
         unacked = self._conn_unacked + length
         if unacked >= self._conn_recv_max >> 1:
-            self._out.append(frame(WINDOW_UPDATE, 0, 0, unacked.to_bytes(4, "big")))
+            self.out.append(frame(WINDOW_UPDATE, 0, 0, unacked.to_bytes(4, "big")))
             conn_recv += unacked
             unacked = 0
         self._conn_recv = conn_recv
@@ -415,7 +423,7 @@ class ServerCodec:
             unacked = stream.unacked + length
             window = self._stream_window
             if unacked >= window >> 1 or (recv == 0 and unacked >= min(1024, window >> 2)):
-                self._out.append(frame(WINDOW_UPDATE, 0, sid, unacked.to_bytes(4, "big")))
+                self.out.append(frame(WINDOW_UPDATE, 0, sid, unacked.to_bytes(4, "big")))
                 recv += unacked
                 unacked = 0
             stream.unacked = unacked
@@ -489,7 +497,7 @@ class ServerCodec:
 
     def _refuse(self, sid: int) -> None:
         """RST_STREAM(REFUSED_STREAM) past SETTINGS_MAX_CONCURRENT_STREAMS (§5.1.2): retryable."""
-        self._out.append(frame(RST_STREAM, 0, sid, REFUSED_STREAM.to_bytes(4, "big")))
+        self.out.append(frame(RST_STREAM, 0, sid, REFUSED_STREAM.to_bytes(4, "big")))
         self._remember_reset(sid)
 
     def _on_reset(self, sid: int, payload: bytes) -> bool:
@@ -562,7 +570,7 @@ class ServerCodec:
             elif key == S_ENABLE_PUSH and value > 1:
                 raise H2ProtocolError("SETTINGS_ENABLE_PUSH other than 0 or 1")
             # HEADER_TABLE_SIZE: our encoder uses no dynamic table; the rest are advisory.
-        self._out.append(frame(SETTINGS, ACK, 0))
+        self.out.append(frame(SETTINGS, ACK, 0))
         if window_changed:
             self._listener.on_window(0)
 
@@ -581,7 +589,7 @@ class ServerCodec:
 
     def take_output(self) -> bytes:
         """Everything queued to send since the last call."""
-        out = self._out
+        out = self.out
         if not out:
             return b""
         data = out[0] if len(out) == 1 else b"".join(out)
@@ -607,16 +615,49 @@ class ServerCodec:
         flags = END_STREAM if end_stream else 0
         limit = self.peer_max_frame
         if len(block) <= limit:
-            self._out.append(frame(HEADERS, flags | END_HEADERS, sid, block))
+            self.out.append(frame(HEADERS, flags | END_HEADERS, sid, block))
         else:
-            self._out.append(frame(HEADERS, flags, sid, block[:limit]))
+            self.out.append(frame(HEADERS, flags, sid, block[:limit]))
             for off in range(limit, len(block), limit):
                 last = off + limit >= len(block)
-                self._out.append(
+                self.out.append(
                     frame(CONTINUATION, END_HEADERS if last else 0, sid, block[off : off + limit])
                 )
         if end_stream:
             self._local_end(sid)
+
+    def answer(self, sid: int, block: bytes, body: bytes) -> bool:
+        """A whole answer, HEADERS + one DATA frame ending the stream, if both fit (the windows,
+        the client's frame size); False (nothing sent) if not: then ``send_headers`` and
+        ``send_data`` within the windows. One call for the common small answer."""
+        stream = self._streams.get(sid)
+        if stream is None:
+            raise StreamClosed(sid)
+        n = len(body)
+        limit = self.peer_max_frame
+        if n > stream.send or n > self.conn_send_window or n > limit or len(block) > limit:
+            return False
+        stream.send -= n
+        self.conn_send_window -= n
+        m = len(block)
+        sid_bytes = sid.to_bytes(4, "big")
+        self.out.append(
+            b"".join(
+                (
+                    bytes((m >> 16, (m >> 8) & 0xFF, m & 0xFF, HEADERS, END_HEADERS)),
+                    sid_bytes,
+                    block,
+                    bytes((n >> 16, (n >> 8) & 0xFF, n & 0xFF, DATA, END_STREAM)),
+                    sid_bytes,
+                    body,
+                )
+            )
+        )
+        if stream.remote_open:
+            stream.send = -(1 << 40)  # answered before the request ended (see ``_local_end``)
+        else:
+            del self._streams[sid]
+        return True
 
     def send_data(self, sid: int, data: bytes | bytearray | memoryview, end_stream: bool) -> None:
         """One DATA frame; ``data`` must fit ``window(sid)`` and the client's frame size."""
@@ -626,7 +667,7 @@ class ServerCodec:
         n = len(data)
         stream.send -= n
         self.conn_send_window -= n
-        self._out.append(
+        self.out.append(
             bytes((n >> 16, (n >> 8) & 0xFF, n & 0xFF, DATA, END_STREAM if end_stream else 0))
             + sid.to_bytes(4, "big")
             + data
@@ -647,9 +688,9 @@ class ServerCodec:
         """RST_STREAM(``code``) on a stream still open (either way); nothing for a closed one."""
         if self._streams.pop(sid, None) is None:
             return
-        self._out.append(frame(RST_STREAM, 0, sid, code.to_bytes(4, "big")))
+        self.out.append(frame(RST_STREAM, 0, sid, code.to_bytes(4, "big")))
         self._remember_reset(sid)
 
     def goaway(self, code: int, last_stream_id: int) -> None:
         """GOAWAY (§6.8): streams up to ``last_stream_id`` may still complete."""
-        self._out.append(frame(GOAWAY, 0, 0, last_stream_id.to_bytes(4, "big") + code.to_bytes(4, "big")))
+        self.out.append(frame(GOAWAY, 0, 0, last_stream_id.to_bytes(4, "big") + code.to_bytes(4, "big")))

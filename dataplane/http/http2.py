@@ -44,7 +44,7 @@ from dataplane.http.h2_server_codec import ServerCodec
 from dataplane.http.http2_output import Http2Output
 from dataplane.http.http2_responder import H2Responder
 from dataplane.http.request import Request, dispatch
-from dataplane.http.wire import BUFFER_FULL, CONNECTION_BUFFER_FULL, TIMED_OUT, TOO_LARGE
+from dataplane.http.wire import BUFFER_FULL, CONNECTION_BUFFER_FULL, TIMED_OUT, TOO_LARGE, Headers
 
 _log = logging.getLogger("dataplane.http")
 
@@ -78,6 +78,7 @@ class Http2Connection(Http2Output):
         self._streams: dict[int, H2Responder] = {}
         self._blocked: dict[int, H2Responder] = {}  # answers waiting for window
         self._flush_scheduled = False
+        self._feeding = False  # inside ``data_received``: it flushes at the end
         self._deadline = 0.0
         self._last_stream_id = 0
         self._goaway_sent = False
@@ -92,6 +93,8 @@ class Http2Connection(Http2Output):
         self._data_frames = 0  # DATA frames sent (the WINDOW_UPDATE flood limit is relative to them)
         self._guard = FrameGuard(ctx.limits, ctx.loop.time, self._data_frames_sent)
         self._cut = False  # ended for a framing error or a flood: input is ignored
+        # Checked request blocks by the identity of the codec's decoded list (``on_request``).
+        self._parsed: dict[int, tuple[list[tuple[bytes, bytes]], bytes, bytes, Headers, int]] = {}
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -112,6 +115,9 @@ class Http2Connection(Http2Output):
         if code:
             self._cut_off(code)
             return
+        # Answers given while the codec feeds (a handler answering at once) leave with the
+        # flush below, not one more loop turn later (``schedule_flush``).
+        self._feeding = True
         try:
             self.codec.feed(data)
         except H2ProtocolError as exc:
@@ -121,7 +127,10 @@ class Http2Connection(Http2Output):
             self.codec.goaway(exc.code, self._last_stream_id)
             self._close_transport()
             return
-        self._flush()
+        finally:
+            self._feeding = False
+        if self.codec.out:
+            self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -154,12 +163,26 @@ class Http2Connection(Http2Output):
             return
         self._last_stream_id = sid  # the codec checked that stream ids increase
         self._deadline = 0.0
-        try:
-            method, path, headers, length = request_fields(fields)
-        except MalformedRequest as exc:
-            resp = self._streams[sid] = H2Responder(self, sid, b"", exc.target, [])
-            self._malformed(resp, exc)
-            return
+        # The codec hands over the same list for a header block it decoded before (a client
+        # repeats its blocks): its checked form is kept, keyed by the list's identity (the entry
+        # holds the list, so its id cannot be reused meanwhile); each request gets its own copy
+        # of the headers.
+        key = id(fields)
+        parsed = self._parsed.get(key)
+        if parsed is not None and parsed[0] is fields:
+            _, method, path, checked, length = parsed
+            headers = list(checked)
+        else:
+            try:
+                method, path, headers, length = request_fields(fields)
+            except MalformedRequest as exc:
+                resp = self._streams[sid] = H2Responder(self, sid, b"", exc.target, [])
+                self._malformed(resp, exc)
+                return
+            if len(self._parsed) >= 64:
+                self._parsed.clear()
+            self._parsed[key] = (fields, method, path, headers, length)
+            headers = list(headers)
         resp = H2Responder(self, sid, method, path, headers)
         self._streams[sid] = resp
         if length >= 0:

@@ -30,6 +30,7 @@ class Http2Output(WriteBackpressure):
     _streams: dict[int, H2Responder]
     _blocked: dict[int, H2Responder]  # answers waiting for window
     _flush_scheduled: bool
+    _feeding: bool
     _deadline: float
     _goaway_sent: bool
     _peer_goaway: bool
@@ -130,6 +131,10 @@ class Http2Output(WriteBackpressure):
             resp._wake_flow()
         self.schedule_flush()
 
+    def sent_whole(self, resp: H2Responder) -> None:
+        self._data_frames += 1
+        self.stream_done(resp)
+
     def stream_done(self, resp: H2Responder) -> None:
         if resp._rst_code is not None:
             self.codec.reset_stream(resp._sid, resp._rst_code)  # nothing if the stream is closed
@@ -149,13 +154,17 @@ class Http2Output(WriteBackpressure):
             self._deadline = self.loop.time() + self.limits.idle_timeout_s
 
     def schedule_flush(self) -> None:
-        if not self._flush_scheduled:
+        if not self._flush_scheduled and not self._feeding:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        data = self.codec.take_output()
+        out = self.codec.out
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
         transport = self.transport
         # Handlers may still answer after the connection started closing: drop their bytes.
         if data and not self.lost and transport is not None and not transport.is_closing():

@@ -35,6 +35,10 @@ class StreamHost(Protocol):
         """``resp`` is complete (its END_STREAM is out or queued)."""
         ...
 
+    def sent_whole(self, resp: H2Responder) -> None:
+        """``resp``'s answer went out whole (``ServerCodec.answer``): one DATA frame, complete."""
+        ...
+
     def on_reset(self, sid: int) -> None:
         """Stream ``sid`` is gone (reset by either side)."""
         ...
@@ -110,6 +114,8 @@ class H2Responder(Responder):
             if not allowed or self._head or not body:
                 codec.send_headers(self._sid, block, True)
                 conn.stream_done(self)
+            elif codec.answer(self._sid, block, body):
+                conn.sent_whole(self)
             else:
                 codec.send_headers(self._sid, block, False)
                 conn.send_body(self, body, True)

@@ -478,3 +478,15 @@ def test_hostile_frames_only_ever_raise_protocol_errors(frames: list[bytes]) -> 
             codec.feed(f)
     except H2ProtocolError:
         pass
+
+
+def test_a_small_answer_leaves_whole_or_not_at_all() -> None:
+    """``answer`` sends HEADERS + one ending DATA frame when both fit the windows, else nothing (False)."""
+    codec, _ = _started()
+    codec.feed(_frame(1, 5, 1, _block(REQUEST)) + _frame(1, 5, 3, _block(REQUEST)))
+    block = encode_response(200, [], 3)
+    assert codec.answer(1, block, b"abc")
+    assert [(f[0], f[1], f[2]) for f in _frames(codec.take_output())] == [(1, 4, 1), (0, 1, 1)]
+    assert not codec.is_open(1) and codec.window(3) == 65535 - 3
+    assert not codec.answer(3, block, b"x" * 70000) and not codec.take_output()
+    assert codec.window(3) == 65535 - 3
