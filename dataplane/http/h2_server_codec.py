@@ -10,7 +10,7 @@ does for the client side:
 
 * the client preface (§3.4), which must be followed by its SETTINGS; our SETTINGS (given by the
   connection) take effect at once, the client's are applied and acknowledged (§6.5.3);
-* request header blocks (HEADERS + CONTINUATION, §6.2, §6.10) decoded by ``hpack.Decoder``
+* request header blocks (HEADERS + CONTINUATION, §6.2, §6.10) decoded by ``h2_hpack.Decoder``
   behind one seam (``_HeaderDecoder``), bounded by SETTINGS_MAX_HEADER_LIST_SIZE; answers are
   encoded statelessly ("literal without indexing" / static table, RFC 7541 §6.2.2), so nothing
   has to stay in step with the client's decoder;
@@ -37,8 +37,6 @@ queues RST_STREAM and tells the listener (``on_stream_error``).
 from __future__ import annotations
 
 from typing import Final, Protocol
-
-import hpack
 
 from dataplane.http.h2_frames import (
     ACK,
@@ -77,6 +75,7 @@ from dataplane.http.h2_frames import (
     hpack_int,
     hpack_str,
 )
+from dataplane.http.h2_hpack import Decoder, HpackError
 
 # One list of connection-specific fields (RFC 9113 §8.2.2) for both encoders of an h2 answer.
 from dataplane.http.wire import _H2_DROPPED, H2_STATUS, Headers
@@ -184,46 +183,41 @@ class ServerListener(Protocol):
 
 
 class _HeaderDecoder:
-    """The seam for HPACK decoding (RFC 7541): ``hpack.Decoder`` (dynamic table, Huffman).
+    """The seam for HPACK decoding (RFC 7541): ``h2_hpack.Decoder`` (dynamic table, Huffman).
 
-    One class so that a leaner decoder can replace it in one place; ``decode`` raises
-    ``H2ProtocolError(COMPRESSION_ERROR)`` for a bad block (RFC 9113 §4.3) and
-    ``H2ProtocolError(ENHANCE_YOUR_CALM)`` past ``max_header_list_size`` (as python-h2 does: the
-    list has to be decoded to keep the table in step, so an oversized one ends the connection).
+    ``decode`` raises ``H2ProtocolError(COMPRESSION_ERROR)`` for a block that is not valid HPACK
+    or whose list passes ``max_header_list_size`` (RFC 9113 §4.3: the decoder's state is then
+    out of step with the client's, so the connection ends either way).
 
     A client sends the same few header blocks over and over (fully indexed once its dynamic
     table holds them). The same bytes decode to the same fields as long as the dynamic table
-    did not change in between, so a block is cached until a decode changes the table (which
-    drops the cache), and a block that changes it is never cached (as the client codec does).
-    The cached lists are shared: callers only read them.
+    did not change in between (``Decoder.generation``), so a block is cached until the table
+    changes, and a block that changes it is never cached (as the client codec does). The cached
+    lists are shared: callers only read them.
     """
 
-    __slots__ = ("_decoded", "_decoder")
+    __slots__ = ("_decoded", "_decoder", "_generation")
 
     def __init__(self, max_header_list_size: int) -> None:
-        self._decoder = hpack.Decoder(max_header_list_size=max_header_list_size)
+        self._decoder = Decoder(max_header_list_size=max_header_list_size)
         self._decoded: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        self._generation = 0
 
     def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
-        cached = self._decoded.get(block)
-        if cached is not None:
-            return cached
         decoder = self._decoder
-        table = decoder.header_table
-        entries = table.dynamic_entries
-        size, front, maxsize = len(entries), entries[0] if entries else None, table.maxsize
-        try:
-            headers: list[tuple[bytes, bytes]] = decoder.decode(block, raw=True)  # type: ignore[assignment]
-        except hpack.OversizedHeaderListError as exc:
-            raise H2ProtocolError(f"oversized header list: {exc}", ENHANCE_YOUR_CALM) from exc
-        except hpack.HPACKError as exc:
-            raise H2ProtocolError(f"bad header block: {exc}", COMPRESSION_ERROR) from exc
-        except (IndexError, ValueError, UnicodeDecodeError) as exc:  # hpack raises some of these raw
-            raise H2ProtocolError(f"bad header block: {exc!r}", COMPRESSION_ERROR) from exc
-        # Identity, not equality: re-inserting an equal field still shifts every index.
-        if len(entries) != size or (entries and entries[0] is not front) or table.maxsize != maxsize:
+        generation = decoder.generation
+        if generation == self._generation:
+            cached = self._decoded.get(block)
+            if cached is not None:
+                return cached
+        else:
             self._decoded.clear()
-        elif len(self._decoded) < 256:
+            self._generation = generation
+        try:
+            headers = decoder.decode(block)
+        except HpackError as exc:
+            raise H2ProtocolError(f"bad header block: {exc}", COMPRESSION_ERROR) from exc
+        if decoder.generation == generation and len(self._decoded) < 256:
             self._decoded[block] = headers
         return headers
 

@@ -265,9 +265,9 @@ def test_hpack_errors_are_compression_errors(block: bytes) -> None:
 
 
 def test_an_oversized_header_list_ends_the_connection() -> None:
-    """A block decoding to more than SETTINGS_MAX_HEADER_LIST_SIZE is ENHANCE_YOUR_CALM (an HPACK bomb)."""
+    """A block decoding to more than SETTINGS_MAX_HEADER_LIST_SIZE (an HPACK bomb) ends the connection."""
     codec, _ = _started(max_header_list_size=1000)
-    assert _fails(codec, _frame(1, 5, 1, _block([*REQUEST, (b"x-big", b"v" * 990)]))) == ENHANCE_YOUR_CALM
+    assert _fails(codec, _frame(1, 5, 1, _block([*REQUEST, (b"x-big", b"v" * 990)]))) == COMPRESSION_ERROR
 
 
 def test_stream_ids_must_be_odd_and_increasing() -> None:
@@ -490,3 +490,21 @@ def test_a_small_answer_leaves_whole_or_not_at_all() -> None:
     assert not codec.is_open(1) and codec.window(3) == 65535 - 3
     assert not codec.answer(3, block, b"x" * 70000) and not codec.take_output()
     assert codec.window(3) == 65535 - 3
+
+
+def test_repeated_blocks_decode_once_until_the_table_changes() -> None:
+    """A block seen before (the table unchanged) is decoded once; a block changing the table drops the cache."""
+    codec, listener = _started()
+    encoder = hpack.Encoder()
+    cache = codec._decoder._decoded
+
+    def request(sid: int, fields: list[tuple[bytes, bytes]]) -> int:
+        codec.feed(_frame(1, 5, sid, encoder.encode(fields)))
+        assert listener.requests[sid][0] == fields
+        codec.send_headers(sid, b"\x89", True)
+        return len(cache)
+
+    assert request(1, REQUEST) == 0  # indexes its fields: changes the table, not cached
+    assert [request(sid, REQUEST) for sid in (3, 5)] == [1, 1]  # fully indexed: the same bytes
+    request(7, [*REQUEST, (b"x-id", b"1")])  # changes the table: what was cached is dropped
+    assert request(9, REQUEST) == 1 and list(cache.values()) == [REQUEST]
