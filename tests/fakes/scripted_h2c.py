@@ -4,6 +4,7 @@ The path picks the behaviour (engine-sim covers the happy paths; this covers wha
 does rarely: refusals, resets, GOAWAY, dying mid-answer, never answering):
 
   /echo               200, body = the number of request body bytes received (after END_STREAM)
+  /whole              200 "whole": HEADERS and DATA(END_STREAM) in one write
   /stream?n=K&ms=D    200, K chunks ``chunk-i\\n`` D ms apart
   /big?bytes=N        200, N bytes sent as the flow-control windows allow
   /refuse             RST_STREAM(REFUSED_STREAM) before any answer (every time)
@@ -113,6 +114,10 @@ class ScriptedH2Server(asyncio.Protocol):
         if path == "/echo":
             self.respond(sid)
             await self.send(sid, str(self.bodies[sid]).encode(), True)
+        elif path == "/whole":
+            self.h2.send_headers(sid, [(b":status", b"200"), (b"content-type", b"text/plain")])
+            self.h2.send_data(sid, b"whole", end_stream=True)
+            self.flush()
         elif path == "/stream":
             self.respond(sid)
             for i in range(q.get("n", 3)):

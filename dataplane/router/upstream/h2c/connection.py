@@ -64,6 +64,8 @@ class H2Connection(asyncio.Protocol):
         self._send_blocked: dict[int, H2Stream] = {}
         self._write_paused = False
         self._peer_seen = False  # any byte from the peer: before that, nothing was processed
+        self._feeding = False  # inside data_received: listeners are told after the whole read
+        self._ready: list[H2Stream] = []  # listened streams to tell once the read is decoded
         self.closed = False  # failed or lost: never reused (the pool drops it)
         self.draining = False  # GOAWAY received or sent: no new streams
         self.deadlines = Deadlines()  # of the streams in flight (``h2c.stream``), one timer
@@ -91,13 +93,22 @@ class H2Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._peer_seen = True
+        self._feeding = True
         try:
             self._codec.feed(data)
         except H2ProtocolError as exc:
             self._write(self._codec.goaway(exc.code))
             self._fail(UpstreamBodyIncomplete())
-            return
-        self._flush()
+        finally:
+            self._feeding = False
+            self._flush()
+            if self._ready:
+                self._tell_ready()
+
+    @property
+    def heard_from_peer(self) -> bool:
+        """Any byte from the worker yet: a loss is then ``UpstreamBodyIncomplete``, never retried."""
+        return self._peer_seen
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._fail(UpstreamBodyIncomplete() if self._peer_seen else UpstreamUnreachable())
@@ -264,7 +275,20 @@ class H2Connection(asyncio.Protocol):
         self._resume_sends()
         self._released()  # MAX_CONCURRENT_STREAMS may have grown
 
+    def notify(self, stream: H2Stream) -> None:
+        """A listened stream has news (``H2Stream._wake``): told after the read being decoded, so
+        a head and the body that came with it are one answer; told now outside a read."""
+        if self._feeding:
+            self._ready.append(stream)
+        else:
+            stream.deliver()
+
     # -- internals ------------------------------------------------------------------------------
+
+    def _tell_ready(self) -> None:
+        ready, self._ready = self._ready, []
+        for stream in ready:
+            stream.deliver()  # a stream listed twice is told once (deliver forgets the listener)
 
     def _ended(self, stream: H2Stream) -> None:
         sid = stream.stream_id

@@ -8,6 +8,11 @@ MAX_CONCURRENT_STREAMS, capped); connections draining after a GOAWAY or failed a
 never reused. Flow control, GOAWAY/RST_STREAM handling and the failure classes are described in
 ``h2c.connection``; the framing is ``h2c.codec`` (a lean client codec: the ``h2`` library cost more
 per request than the whole HTTP/1.1 hop).
+
+Two ways in, as ``upstream.h1``: ``request`` (awaited by the request's task) and ``start`` (a
+connection with a free stream slot is there: the request is written now and a listener is told
+of the head, with no task: ``path.exchange``). The task, its coroutine frames and the head future
+were the larger part of what the h2c upstream cost more than the HTTP/1.1 one (bench/README.md).
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ import asyncio
 import contextlib
 from collections import deque
 
-from dataplane.errors import UpstreamTimeout, UpstreamUnreachable
+from dataplane.errors import RouterError, UpstreamTimeout, UpstreamUnreachable
 from dataplane.router.body import RequestBody
-from dataplane.router.upstream.base import UpstreamTimeouts
+from dataplane.router.upstream.base import ResponseListener, UpstreamTimeouts
 from dataplane.router.upstream.h2c.connection import DEFAULT_MAX_STREAMS, DEFAULT_STREAM_WINDOW, H2Connection
 from dataplane.router.upstream.h2c.stream import H2Stream
 
@@ -93,6 +98,67 @@ class H2Pool:
             stream = conn.start(method, path, headers, body, deadline)
             await stream.response_started()
         return stream
+
+    def start(
+        self,
+        method: bytes,
+        path: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: RequestBody,
+        *,
+        timeout_s: float,
+        listener: ResponseListener,
+    ) -> H2Stream | None:
+        """Write the request now on a connection with a free stream slot that has heard from
+        the worker, and return its stream (``abandon()`` it if the caller leaves before the
+        head); ``listener`` is told of the head or the failure. ``None``: no such connection
+        (the caller uses ``request``, which connects or waits). Raises ``UpstreamUnreachable``
+        like ``request`` (nothing reached the worker).
+
+        Only a connection the worker has spoken on: a loss there is ``UpstreamBodyIncomplete``,
+        as for ``request``; on a connection still silent a loss is ``UpstreamUnreachable``,
+        which the request path retries on another worker and a listener cannot.
+        """
+        loop = self._loop or self._bind_loop()
+        for conn in self._conns:
+            if conn.has_capacity():
+                break
+        else:
+            return None
+        if not conn.heard_from_peer:
+            return None
+        if self._auth:
+            headers = headers + self._auth
+        stream = conn.start(method, path, headers, body, loop.time() + timeout_s)
+        stream.listen(listener, self, (method, path, headers))
+        return stream
+
+    def retry(self, refused: H2Stream, listener: ResponseListener) -> None:
+        """The worker refused a listened stream unprocessed (RFC 9113 §8.7): try once more on this
+        worker in a task (a new connection may be needed), as ``request`` does; the listener is
+        told how that went. ``refused.abandon()`` cancels the task."""
+        loop = self._loop or self._bind_loop()
+        task = loop.create_task(self._retried(refused, listener))
+        refused.retried_by(task)
+
+    async def _retried(self, refused: H2Stream, listener: ResponseListener) -> None:
+        request = refused.request
+        assert request is not None
+        method, path, headers = request  # the worker's key already among the headers
+        deadline = refused.final_deadline
+        stream: H2Stream | None = None
+        try:
+            conn = self._pick() or await self._acquire(deadline)
+            stream = conn.start(method, path, headers, refused.pending, deadline)
+            await stream.response_started()
+        except asyncio.CancelledError:
+            if stream is not None:
+                stream.abort()  # the client left (``abandon``): RST_STREAM
+            raise
+        except RouterError as error:
+            listener.on_failure(error)
+            return
+        listener.on_response(stream)
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop:
         self._loop = asyncio.get_running_loop()

@@ -11,6 +11,14 @@ silence from the worker longer than ``idle_s`` (bytes still buffered for the rou
 do not count), never past the exchange's own deadline. They are enforced by the connection's
 ``Deadlines`` (one timer for all its streams, as the HTTP/1.1 upstream does): a timer armed and
 cancelled per stream, twice (head, then idle), cost more than the rest of the stream's bookkeeping.
+
+Two ways to learn of the head: ``await response_started()`` (the request's task), or a
+``ResponseListener`` (``listen``, from ``H2Pool.start``: the callback-driven exchange of
+``path.exchange``, no task). A listener is told once, after the connection decoded everything
+of the read that carried the head (so ``buffered_body()`` sees a body that came with it), or at
+once when the stream fails outside a read (timeout, hung worker, connection lost). A stream the
+worker refused unprocessed (REFUSED_STREAM, GOAWAY: RFC 9113 §8.7) is not the listener's
+failure: the pool tries once more (``_Retrier``), as ``H2Pool.request`` does.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeou
 from dataplane.http.h2_frames import CANCEL
 from dataplane.router.body import RequestBody
 from dataplane.router.headers import DROPPED
-from dataplane.router.upstream.base import UpstreamTimeouts
+from dataplane.router.upstream.base import ResponseListener, UpstreamTimeouts
 from dataplane.router.upstream.deadlines import Deadlines
 
 _DEFAULT_TIMEOUTS = UpstreamTimeouts()
@@ -49,6 +57,13 @@ class _Owner(Protocol):
     def consumed(self, stream_id: int, nbytes: int) -> None: ...
     # The real default, not ``...``: compiled (scripts/build_mypyc.sh), a default is a value.
     def cancel(self, stream: H2Stream, code: int = CANCEL) -> None: ...
+    def notify(self, stream: H2Stream) -> None: ...
+
+
+class _Retrier(Protocol):
+    """Tries a refused callback-driven stream's request once more (``h2c.pool.H2Pool``)."""
+
+    def retry(self, refused: H2Stream, listener: ResponseListener) -> None: ...
 
 
 class H2Stream:
@@ -62,7 +77,10 @@ class H2Stream:
         "_final",
         "_heard",
         "_idle_s",
+        "_listener",
         "_loop",
+        "_retrier",
+        "_successor",
         "_timed",
         "_unacked",
         "_waiter",
@@ -71,6 +89,7 @@ class H2Stream:
         "pending",
         "pending_off",
         "refused",
+        "request",
         "started",
         "status",
         "stream_id",
@@ -98,6 +117,11 @@ class H2Stream:
         self._eof = False
         self._error: RouterError | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._listener: ResponseListener | None = None  # told of the head instead of a waiter
+        self._retrier: _Retrier | None = None
+        self._successor: asyncio.Task[None] | None = None  # the retry of a refused listened stream
+        # (method, path, headers) as sent, kept by a listened stream for its retry.
+        self.request: tuple[bytes, bytes, list[tuple[bytes, bytes]]] | None = None
         loop = self._loop = loop or asyncio.get_running_loop()
         timeouts = timeouts or _DEFAULT_TIMEOUTS
         self._idle_s = timeouts.idle_s
@@ -107,6 +131,56 @@ class H2Stream:
         self.deadline = first if first < deadline else deadline  # ``deadlines.Timed``
         self._timed = True  # watched by the connection's ``Deadlines``
         conn.deadlines.watch(self, loop)
+
+    # -- the callback-driven exchange -------------------------------------------------------------
+
+    def listen(
+        self,
+        listener: ResponseListener,
+        retrier: _Retrier,
+        request: tuple[bytes, bytes, list[tuple[bytes, bytes]]],
+    ) -> None:
+        """Tell ``listener`` of the head or the failure instead of waking ``response_started``."""
+        self._listener = listener
+        self._retrier = retrier
+        self.request = request
+
+    def abandon(self) -> None:
+        """The listener's client left before the head: nobody is told anything any more, the
+        stream (or the retry that replaced it) is reset (``path.exchange.Abandonable``)."""
+        self._listener = None
+        successor, self._successor = self._successor, None
+        if successor is not None:
+            successor.cancel()
+        self.abort()
+
+    def deliver(self) -> None:
+        """Tell the listener, if the head or a failure is there to tell (``H2Connection.notify``)."""
+        listener = self._listener
+        if listener is None:
+            return
+        if self.started:
+            self._listener = None
+            listener.on_response(self)
+            return
+        error = self._error
+        if error is None:
+            return  # nothing decisive yet (an informational head, DATA before HEADERS)
+        self._listener = None
+        retrier = self._retrier
+        if self.refused and retrier is not None:
+            self._retrier = None
+            retrier.retry(self, listener)
+            return
+        listener.on_failure(error)
+
+    def retried_by(self, task: asyncio.Task[None]) -> None:
+        """``task`` retries this refused stream's request: ``abandon`` cancels it."""
+        self._successor = task
+
+    @property
+    def final_deadline(self) -> float:
+        return self._final
 
     # -- UpstreamResponse -----------------------------------------------------------------------
 
@@ -271,5 +345,8 @@ class H2Stream:
 
     def _wake(self) -> None:
         waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if waiter is not None:
+            if not waiter.done():
+                waiter.set_result(None)
+        elif self._listener is not None:
+            self._conn.notify(self)
