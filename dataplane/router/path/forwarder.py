@@ -1,9 +1,9 @@
 """Forwarding a routed request (SPEC §5): admission -> pick a worker -> forward -> relay.
 
-With a free slot and an idle HTTP/1.1 connection to the picked worker the request is written at
-once and answered from the connection's callbacks (``exchange``, no task); anything else
-(queueing, connecting, h2c workers, retries) runs as the request's task. A small complete answer
-goes back in one write; the rest is relayed by ``relay`` (SPEC §5).
+With a free slot and an idle HTTP/1.1 connection (or an h2c one with a free stream) to the picked
+worker the request is written at once and answered from the connection's callbacks (``exchange``,
+no task); anything else (queueing, connecting, retries) runs as the request's task. A small
+complete answer goes back in one write; the rest is relayed by ``relay`` (SPEC §5).
 
 Retries: only ``UpstreamUnreachable`` (the request bytes never reached a worker) is retried, on
 another worker, at most ``retry_attempts`` tries in all, with jittered backoff (SPEC §5).
@@ -41,6 +41,7 @@ from dataplane.router.metrics import (
 from dataplane.router.path.exchange import Exchange
 from dataplane.router.path.relay import CLIENT_CLOSED, outcome_of, relay
 from dataplane.router.upstream.h1.pool import H1Pool
+from dataplane.router.upstream.h2c.pool import H2Pool
 
 
 def forwarded_headers(request: Request, judged: bool) -> Headers:
@@ -98,9 +99,10 @@ class Forwarder:
         stream: bool,
         work: int,
     ) -> Coroutine[Any, Any, None] | Deferred:
-        """The fast path: a free slot and an idle HTTP/1.1 connection to the picked worker; the
-        request is written now and the answer handled by callbacks (``exchange``). Anything
-        else (queueing, connecting, h2c, retrying) goes on as the request's task (``_run``).
+        """The fast path: a free slot and an idle HTTP/1.1 connection (or an h2c one with a free
+        stream) to the picked worker; the request is written now and the answer handled by
+        callbacks (``exchange``). Anything else (queueing, connecting, retrying) goes on as the
+        request's task (``_run``).
         ``work``: the request's (``balancer.request_work``), held by the worker while in flight.
         """
         slot = self._admission.try_acquire()
@@ -144,7 +146,7 @@ class Forwarder:
                 )
             worker = self._balancer.pick(candidates) if len(candidates) > 1 else candidates[0]
         pool = worker.pool
-        if not isinstance(pool, H1Pool):
+        if not isinstance(pool, (H1Pool, H2Pool)):  # both can start an exchange with no task
             return self._run(
                 stats,
                 started,
