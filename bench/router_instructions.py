@@ -235,34 +235,11 @@ async def _drive(mode: str, n: int) -> None:
         else 0
     )
     if mode == "router-h2c":
-        from dataplane.router.upstream.h2c import pool as upstream_h2c
-        from dataplane.router.upstream.h2c.connection import H2Connection
-
+        # The worker's side is the memory loop's (``_memory_loop``): the pool's own connect path.
         url = "h2c://127.0.0.1:9"
         args = ["--listen", "127.0.0.1:0", "--worker", url, "--override-sampling-params", CONTRACT]
         router = Router(settings_from_args(build_parser().parse_args(args)))
         router.state.apply_workers([WorkerSpec(url, "h2c", (MODEL,))])
-
-        async def open_h2(pool: upstream_h2c.H2Pool, _: float) -> H2Connection:
-            conn = H2Connection(
-                pool._authority,
-                stream_window_bytes=pool._stream_window,
-                max_streams=pool._max_streams,
-                on_capacity=pool._on_capacity,
-                timeouts=pool._timeouts,
-            )
-
-            def worker(data: bytes) -> None:
-                answer = _h2_answers(data)
-                if answer:  # the worker answers in a later loop turn, as a socket read would
-                    loop.call_soon(conn.data_received, answer)
-
-            conn.connection_made(MemoryTransport(worker))  # type: ignore[arg-type]
-            conn.data_received(_H2_SERVER_START)
-            pool._conns.append(conn)
-            return conn
-
-        upstream_h2c.H2Pool._open = open_h2  # type: ignore[method-assign,assignment]
         handler: Any = router.proxy.handle
     elif mode in ROUTE_REQUESTS or workers or mode == "h2c-router" or mode == "router-log":
         urls = [f"http://127.0.0.1:{9 + i}" for i in range(max(1, workers))]
@@ -358,11 +335,24 @@ def _memory_loop() -> Any:
     runs (patching the pool would not reach it once compiled: scripts/build_mypyc.sh)."""
     import uvloop
 
+    from dataplane.router.upstream.h2c.connection import H2Connection
+
     class MemoryLoop(uvloop.Loop):
         async def create_connection(  # type: ignore[override]
             self, factory: Callable[[], Any], *_: object, **__: object
         ) -> Any:
             conn = factory()
+            if isinstance(conn, H2Connection):
+                # An h2c worker: its frames for each request HEADERS, in a later loop turn.
+                def worker(data: bytes) -> None:
+                    answer = _h2_answers(data)
+                    if answer:
+                        self.call_soon(conn.data_received, answer)
+
+                transport = MemoryTransport(worker)
+                conn.connection_made(transport)  # type: ignore[arg-type]
+                conn.data_received(_H2_SERVER_START)
+                return transport, conn
             # The worker answers in a later loop turn, as a socket read would.
             transport = MemoryTransport(lambda _: self.call_soon(conn.data_received, UPSTREAM_ANSWER))
             conn.connection_made(transport)
