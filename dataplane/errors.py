@@ -127,6 +127,34 @@ class InternalError(RouterError):
     status, code, default_message = 500, "internal_error", "internal error"
 
 
+class HeaderFieldsTooLarge(BadRequest):
+    """The HTTP server's: request headers over ``max_header_bytes`` (RFC 6585 §5)."""
+
+    status, default_message = 431, "request header fields are too large"
+
+
+class RequestTimeout(BadRequest):
+    """The request did not arrive completely within ``read_timeout_s`` (RFC 9110 §15.5.9)."""
+
+    status, default_message = 408, "the request was not received in time"
+
+
+class VersionNotSupported(BadRequest):
+    """An HTTP/1.x-framed request line with another version (RFC 9110 §15.6.6)."""
+
+    status, default_message = 505, "HTTP version not supported (HTTP/2 needs the connection preface)"
+
+
+class BodyBufferFull(BuffersFull):
+    """The server holds ``max_buffered_body_bytes`` of request bodies (503 ``buffers_full``)."""
+
+
+class ConnectionBodyFull(BuffersFull):
+    """Bodies still arriving on one connection passed ``max_connection_body_bytes``."""
+
+    default_message = "too many request body bytes in transit on this connection, send fewer at once"
+
+
 class _ErrorBody(msgspec.Struct, omit_defaults=True, kw_only=True):
     type: str
     code: str

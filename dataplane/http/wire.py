@@ -7,7 +7,19 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Final, Literal
 
-from dataplane.errors import BadRequest, BuffersFull, PayloadTooLarge, error_answer
+# The server's own error classes live with the others in dataplane.errors: compiled
+# (scripts/build_mypyc.sh), mypyc 2.4.1 drops the class-body ``status``/``default_message`` of a
+# compiled subclass of an interpreted exception class (a 431 answered 400).
+from dataplane.errors import (
+    BadRequest,
+    BodyBufferFull,
+    ConnectionBodyFull,
+    HeaderFieldsTooLarge,
+    PayloadTooLarge,
+    RequestTimeout,
+    VersionNotSupported,
+    error_answer,
+)
 
 # RFC 9113 §3.4: a prior-knowledge client opens with this exact 24-byte preface.
 H2_PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -119,34 +131,6 @@ def h2_response_headers(status: int, headers: Headers, content_length: int | Non
     if content_length is not None:
         out.append((b"content-length", b"%d" % content_length))
     return out
-
-
-class HeaderFieldsTooLarge(BadRequest):
-    """Request headers over ``max_header_bytes`` (RFC 6585 §5)."""
-
-    status, default_message = 431, "request header fields are too large"
-
-
-class RequestTimeout(BadRequest):
-    """The request did not arrive completely within ``read_timeout_s`` (RFC 9110 §15.5.9)."""
-
-    status, default_message = 408, "the request was not received in time"
-
-
-class VersionNotSupported(BadRequest):
-    """An HTTP/1.x-framed request line with another version (RFC 9110 §15.6.6)."""
-
-    status, default_message = 505, "HTTP version not supported (HTTP/2 needs the connection preface)"
-
-
-class BodyBufferFull(BuffersFull):
-    """The server holds ``max_buffered_body_bytes`` of request bodies (503 ``buffers_full``)."""
-
-
-class ConnectionBodyFull(BuffersFull):
-    """Bodies still arriving on one connection passed ``max_connection_body_bytes``."""
-
-    default_message = "too many request body bytes in transit on this connection, send fewer at once"
 
 
 # The server's own error answers (dataplane.errors renders every one).
