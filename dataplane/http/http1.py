@@ -16,9 +16,8 @@ from typing import cast
 import httptools
 
 from dataplane.errors import ErrorAnswer
-from dataplane.http.backpressure import WriteBackpressure
 from dataplane.http.context import ServerContext, close_idle, set_nodelay, still_draining
-from dataplane.http.http1_responder import DONE, H1Responder
+from dataplane.http.http1_responder import DONE, AnswerQueue, H1Responder
 from dataplane.http.http2 import Http2Connection
 from dataplane.http.request import Request, dispatch
 from dataplane.http.wire import (
@@ -44,7 +43,7 @@ def _announces_body(headers: Headers) -> bool:
     return any((n == b"content-length" and int(v) > 0) or n == b"transfer-encoding" for n, v in headers)
 
 
-class Http1Connection(WriteBackpressure):
+class Http1Connection(AnswerQueue):
     """One HTTP/1.1 client connection (and the protocol detector of every new connection)."""
 
     def __init__(self, ctx: ServerContext) -> None:
@@ -59,7 +58,7 @@ class Http1Connection(WriteBackpressure):
         # than the request head the server holds uncounted anyway (max_header_bytes), and the
         # per-request path then pays a single comparison for it.
         self._uncounted_body = min(self._max_body, ctx.limits.max_header_bytes)
-        self.transport: asyncio.Transport | None = None
+        self.transport = None
         self._parser = httptools.HttpRequestParser(self)
         self._detecting = True
         self._preface = b""

@@ -5,44 +5,49 @@ its place in the connection's in-order answer queue (see ``http1``).
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from typing import Final
 
+from dataplane.http.backpressure import WriteBackpressure
 from dataplane.http.context import ServerContext
 from dataplane.http.request import ClientDisconnected, Responder
 from dataplane.http.wire import LAST_CHUNK, Headers, body_allowed, encode_chunk, encode_h1_head
 
-NEW, STREAMING, DONE = 0, 1, 2
-_JOIN_BODY_MAX = 64 * 1024  # below this a complete answer goes out in one write
+# Final: compiled (scripts/build_mypyc.sh), a module constant that is not Final is a dict
+# lookup in the module's globals at every use.
+NEW: Final = 0
+STREAMING: Final = 1
+DONE: Final = 2
+_JOIN_BODY_MAX: Final = 64 * 1024  # below this a complete answer goes out in one write
 
 
-class AnswerQueue(Protocol):
+class AnswerQueue(WriteBackpressure):
     """What an answer needs from its connection (``http1.Http1Connection``): answers go out in
-    request order, only the queue's head writes to the socket (RFC 9112 §9.3.2)."""
+    request order, only the queue's head writes to the socket (RFC 9112 §9.3.2).
 
-    lost: bool
+    A base class the connection extends rather than a Protocol: compiled (scripts/build_mypyc.sh), a Protocol-typed reference makes every attribute read and
+    call a generic lookup by name; through a native base class they are field reads and vtable calls.
+    """
+
+    # And from WriteBackpressure: lost, loop, write_paused, wait_writable().
     closing: bool  # no further request is dispatched
     ctx: ServerContext  # ctx.draining: the server is shutting down
-    write_paused: bool
-    loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport | None
 
     def closes_after(self, resp: H1Responder) -> bool:
         """Whether the connection closes once ``resp`` (not keep-alive itself) is sent."""
-        ...
+        raise NotImplementedError
 
     def is_head(self, resp: H1Responder) -> bool:
         """Whether ``resp`` is the answer now being written."""
-        ...
+        raise NotImplementedError
 
     def emit(self, resp: H1Responder, data: bytes) -> None:
         """Write ``data`` of ``resp`` now if it is the head, else keep it until it is."""
-        ...
+        raise NotImplementedError
 
     def answer_done(self, resp: H1Responder) -> None:
         """``resp`` is complete: advance the queue."""
-        ...
-
-    async def wait_writable(self) -> None: ...
+        raise NotImplementedError
 
 
 class H1Responder(Responder):

@@ -10,6 +10,7 @@ import asyncio
 import enum
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 from mypy_extensions import mypyc_attr
 
@@ -173,7 +174,7 @@ class Deferred(enum.Enum):
     DEFERRED = "deferred"
 
 
-DEFERRED = Deferred.DEFERRED
+DEFERRED: Final = Deferred.DEFERRED
 
 # A handler either answers synchronously and returns None (no task is created: the cheapest
 # path, e.g. for refusals and health checks), returns ``DEFERRED`` (it answers later from

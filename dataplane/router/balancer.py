@@ -34,25 +34,25 @@ import enum
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
 T = TypeVar("T")
 
 # A decode step of an 8B model on one H100 is 7-12 ms (engine-sim's costs.py): the seconds one
 # token of one sequence's answer takes. It only sets the exchange rate between prefill seconds
 # and decode work; a request's service time is its work in such tokens.
-DECODE_TOKEN_S = 0.01
+DECODE_TOKEN_S: Final = 0.01
 # A prompt token's share of a request's work, in decode tokens: ~30 µs of prefill per token
 # against a 10 ms decode step (engine-sim's calibration).
-PROMPT_TOKEN_WORK = 0.003
+PROMPT_TOKEN_WORK: Final = 0.003
 # The work of a request that sets no max_tokens: SGLang's default max_new_tokens.
-DEFAULT_MAX_TOKENS = 128
+DEFAULT_MAX_TOKENS: Final = 128
 # Below the slot limit each request-equivalent ahead still costs this share of a slot's wait: a
 # view is up to a push interval old and other routers send too, so free slots seen now may be
 # gone when the request arrives, and a smaller batch decodes faster. In bench/routing_quality.py's
 # model 0.25 kept two routers closer to the shortest-queue oracle than 0.001 (free slots as free)
 # did, at the same mixed-lengths p99.
-FREE_SLOT_WEIGHT = 0.25
+FREE_SLOT_WEIGHT: Final = 0.25
 
 
 class Policy(enum.Enum):
@@ -67,8 +67,8 @@ class Policy(enum.Enum):
 # A request's work is held by its worker as one integer, ``max_tokens << WORK_SHIFT`` plus its
 # prompt tokens, so that the request path adds and subtracts a single number per request and
 # the in-flight sums of both stay apart (prompts in flight < 2**32 tokens).
-WORK_SHIFT = 32
-PROMPT_MASK = (1 << WORK_SHIFT) - 1
+WORK_SHIFT: Final = 32
+PROMPT_MASK: Final = (1 << WORK_SHIFT) - 1
 
 
 def request_work(max_tokens: int | None, prompt_tokens: int) -> int:

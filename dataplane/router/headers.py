@@ -9,13 +9,15 @@ those are dropped too. HTTP/2 pseudo-headers (``:authority`` …) never cross to
 
 from __future__ import annotations
 
+from typing import Final
+
 from dataplane.errors import BadRequest
 
 Headers = list[tuple[bytes, bytes]]
 
 # Always dropped when crossing the proxy (lower-case; names arrive lower-cased from both
 # httptools callers and h2).
-HOP_BY_HOP: frozenset[bytes] = frozenset(
+HOP_BY_HOP: Final[frozenset[bytes]] = frozenset(
     {
         b"connection",
         b"keep-alive",
@@ -31,13 +33,13 @@ HOP_BY_HOP: frozenset[bytes] = frozenset(
 )
 # Recomputed by the writer of the next hop; ``expect`` was answered by the front door (the
 # whole body is read before forwarding, so the worker must not be asked to send 100 Continue).
-FRAMING: frozenset[bytes] = frozenset({b"content-length", b"host", b"expect"})
-DROPPED: frozenset[bytes] = HOP_BY_HOP | FRAMING
+FRAMING: Final[frozenset[bytes]] = frozenset({b"content-length", b"host", b"expect"})
+DROPPED: Final[frozenset[bytes]] = HOP_BY_HOP | FRAMING
 # A body the engine decodes before reading it (SPEC §5.1: Content-Encoding, SGLang's
 # x-body-compressed): a judged route cannot read it as the engine will, an unjudged one
 # forwards these headers untouched.
-CODED: frozenset[bytes] = frozenset({b"content-encoding", b"x-body-compressed"})
-_NOTED: frozenset[bytes] = DROPPED | CODED
+CODED: Final[frozenset[bytes]] = frozenset({b"content-encoding", b"x-body-compressed"})
+_NOTED: Final[frozenset[bytes]] = DROPPED | CODED
 
 
 def connection_tokens(headers: Headers) -> frozenset[bytes]:
@@ -83,7 +85,7 @@ def end_to_end(headers: Headers, *, judged: bool = False) -> Headers:
 
 
 # The client's credentials for the router (``clients``): not for the worker's eyes.
-CREDENTIALS: frozenset[bytes] = frozenset({b"authorization", b"x-api-key"})
+CREDENTIALS: Final[frozenset[bytes]] = frozenset({b"authorization", b"x-api-key"})
 
 
 def without_credentials(headers: Headers) -> Headers:

@@ -27,6 +27,7 @@ import importlib.metadata
 import platform
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Final
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -42,15 +43,15 @@ from dataplane.router.state import RouterState
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
 # Upstream outcomes: the worker answered completely; or the exchange failed at the transport.
-OK, UNREACHABLE, BODY_INCOMPLETE, TIMEOUT, CLIENT_GONE = (
-    "ok",
-    "unreachable",
-    "body_incomplete",
-    "timeout",
-    "client_gone",
-)
+# Final: compiled (scripts/build_mypyc.sh), a module constant that is not Final is a dict
+# lookup in the module's globals at every use.
+OK: Final = "ok"
+UNREACHABLE: Final = "unreachable"
+BODY_INCOMPLETE: Final = "body_incomplete"
+TIMEOUT: Final = "timeout"
+CLIENT_GONE: Final = "client_gone"
 
-BUCKETS_S: tuple[float, ...] = (
+BUCKETS_S: Final[tuple[float, ...]] = (
     0.001,
     0.0025,
     0.005,

@@ -39,13 +39,19 @@ from dataplane.router.upstream.base import UpstreamResponse
 _log = logging.getLogger(__name__)
 
 
-class Host(Protocol):
-    """What an exchange needs from the forwarder that started it (``forwarder.Forwarder``)."""
+class Host:
+    """What an exchange needs from the forwarder that started it (``forwarder.Forwarder``
+    extends it).
+
+    A base class rather than a Protocol: compiled (scripts/build_mypyc.sh), a Protocol-typed reference makes every attribute read and
+    call a generic lookup by name; through a native base class they are field reads and vtable calls.
+    """
 
     metrics: RouterMetrics
 
     @property
-    def loop(self) -> asyncio.AbstractEventLoop: ...
+    def loop(self) -> asyncio.AbstractEventLoop:
+        raise NotImplementedError
 
 
 class Abandonable(Protocol):

@@ -38,7 +38,7 @@ from dataplane.router.metrics import (
     RouterMetrics,
     RouteStats,
 )
-from dataplane.router.path.exchange import Exchange
+from dataplane.router.path.exchange import Exchange, Host
 from dataplane.router.path.relay import CLIENT_CLOSED, outcome_of, relay
 from dataplane.router.upstream.h1.pool import H1Pool
 from dataplane.router.upstream.h2c.pool import H2Pool
@@ -60,7 +60,7 @@ class ProxyConfig:
     retry_backoff_s: float = 0.01
 
 
-class Forwarder:
+class Forwarder(Host):
     """Base of ``Proxy``: forwards what ``Proxy.handle`` routed and judged (``_send``).
 
     A base class rather than an object of its own: ``handle`` reaches ``_send`` on every

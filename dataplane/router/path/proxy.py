@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Coroutine
 from time import perf_counter
-from typing import Any
+from typing import Any, Final
 
 from dataplane.errors import (
     BadRequest,
@@ -45,19 +45,19 @@ from dataplane.router.path.endpoints import Endpoints
 from dataplane.router.path.forwarder import Forwarder, ProxyConfig, forwarded_headers
 from dataplane.router.state import RouterState
 
-_MAX_MODEL_IN_MESSAGE = 200
-_MAX_ROUTES = 1024
+_MAX_MODEL_IN_MESSAGE: Final = 200
+_MAX_ROUTES: Final = 1024
 # canonical path, the target to forward with (canonical path + query), the route (None: not
 # in the table), its stats, whether it is open to clients without a key
 _Target = tuple[bytes, bytes, "Route | None", RouteStats, bool]
-_NONE: Headers = []  # no extra headers (never mutated)
+_NONE: Final[Headers] = []  # no extra headers (never mutated)
 # RFC 9110 §15.5.6: a 405 names the methods the resource supports.
-_ALLOW_GET: Headers = [(b"allow", b"GET, HEAD")]
+_ALLOW_GET: Final[Headers] = [(b"allow", b"GET, HEAD")]
 # RFC 9110 §11.6.1: a 401 carries a challenge naming the scheme (RFC 6750 §3: Bearer).
-_CHALLENGE: Headers = [(b"www-authenticate", b'Bearer realm="fleetplane"')]
+_CHALLENGE: Final[Headers] = [(b"www-authenticate", b'Bearer realm="fleetplane"')]
 # Open without a key under --api-keys: what probes and scrapers read (as vLLM keeps every path
 # outside /v1 open): liveness, readiness, metrics, and the applied contract and route table.
-_OPEN_PATHS = frozenset({b"/health", b"/readiness", b"/metrics", b"/contract"})
+_OPEN_PATHS: Final = frozenset({b"/health", b"/readiness", b"/metrics", b"/contract"})
 
 
 class Proxy(Forwarder):

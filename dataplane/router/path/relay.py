@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from time import perf_counter
+from typing import Final
 
 from dataplane.errors import (
     RouterError,
@@ -25,11 +26,11 @@ from dataplane.router.headers import Headers
 from dataplane.router.metrics import BODY_INCOMPLETE, CLIENT_GONE, OK, TIMEOUT, RouterMetrics, RouteStats
 from dataplane.router.upstream.base import UpstreamResponse
 
-BUFFER_NON_STREAMING = 1 << 20
-CLIENT_CLOSED = 499  # nginx's status for "client went away"; only ever a metrics label
-_EVENT_STREAM = b"text/event-stream"
+BUFFER_NON_STREAMING: Final = 1 << 20
+CLIENT_CLOSED: Final = 499  # nginx's status for "client went away"; only ever a metrics label
+_EVENT_STREAM: Final = b"text/event-stream"
 # Ollama's streams (/api/chat, /api/generate): one JSON object per line, as they are made.
-_NDJSON = b"application/x-ndjson"
+_NDJSON: Final = b"application/x-ndjson"
 
 
 def outcome_of(err: RouterError) -> str:

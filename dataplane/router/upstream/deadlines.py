@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Final, Protocol
 
 # uvloop's timers have millisecond resolution: an exchange due within this much is due now.
-_SLACK_S = 0.001
+_SLACK_S: Final = 0.001
 
 
 class Timed(Protocol):

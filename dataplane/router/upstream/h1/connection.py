@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import socket
 from collections import deque
-from typing import Protocol, cast
+from typing import Final, cast
 
 import httptools
 
@@ -45,26 +45,30 @@ from dataplane.router.upstream.base import (
 from dataplane.router.upstream.deadlines import Deadlines
 
 
-class ConnectionHome(Protocol):
-    """What a connection needs from the pool it belongs to (``pool.H1Pool`` fits), as in
+class ConnectionHome:
+    """What a connection needs from the pool it belongs to (``pool.H1Pool`` extends it), as in
     httpcore's pool/connection interface: the pool's one deadline timer, taking a connection
-    back when its exchange is complete, and forgetting one that is gone."""
+    back when its exchange is complete, and forgetting one that is gone.
+
+    A base class rather than a Protocol: compiled (scripts/build_mypyc.sh), a Protocol-typed reference makes every attribute read and
+    call a generic lookup by name; through a native base class they are field reads and vtable calls.
+    """
 
     deadlines: Deadlines
     timeouts: UpstreamTimeouts
 
     def release(self, conn: H1Connection) -> bool:
         """Keep ``conn`` as idle; False when the pool will not (closed, or full): close it."""
-        ...
+        raise NotImplementedError
 
     def forget(self, conn: H1Connection) -> None:
         """``conn`` is gone: it must never be handed out again."""
-        ...
+        raise NotImplementedError
 
 
-HIGH_WATER = 1 << 20  # pause reading from the worker above this many unsent bytes
-_COALESCE_BODY_BYTES = 256 * 1024  # copy head + body into one write below this size
-_SLACK_S = 0.001  # a deadline within this much is due now (uvloop's timers have ms resolution)
+HIGH_WATER: Final = 1 << 20  # pause reading from the worker above this many unsent bytes
+_COALESCE_BODY_BYTES: Final = 256 * 1024  # copy head + body into one write below this size
+_SLACK_S: Final = 0.001  # a deadline within this much is due now (uvloop's timers have ms resolution)
 
 
 class H1Response:

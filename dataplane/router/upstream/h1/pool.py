@@ -26,10 +26,10 @@ from dataplane.router.body import RequestBody
 from dataplane.router.headers import Headers
 from dataplane.router.upstream.base import ResponseListener, UpstreamTimeouts, UpstreamUnreachable
 from dataplane.router.upstream.deadlines import Deadlines
-from dataplane.router.upstream.h1.connection import H1Connection, H1Response
+from dataplane.router.upstream.h1.connection import ConnectionHome, H1Connection, H1Response
 
 
-class H1Pool:
+class H1Pool(ConnectionHome):
     """Keep-alive HTTP/1.1 connections to one worker; implements ``upstream.UpstreamPool``."""
 
     protocol = "http1"

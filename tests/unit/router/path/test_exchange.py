@@ -1,14 +1,14 @@
 """The callback-driven exchange (no task per request): each way it ends gives back what it held.
 
-Driven with the router's own objects (``RouterMetrics``, ``Request``, a ``Worker`` of a real
-``RouterState``, ``Admission``) and, for the parts the exchange only sees through a Protocol
-(``Host``, ``UpstreamResponse``, ``Abandonable``), small classes that implement that Protocol:
-compiled (scripts/build_mypyc.sh), the exchange checks every declared type at run time.
+Driven with the router's own objects (its ``Forwarder`` with ``RouterMetrics`` and
+``Admission``, a ``Request``, a ``Worker`` of a real ``RouterState``) and, for the parts the
+exchange only sees through a Protocol (``UpstreamResponse``, ``Abandonable``), small classes that
+implement that Protocol: compiled (scripts/build_mypyc.sh), the exchange checks every declared
+type at run time.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 
@@ -17,9 +17,11 @@ import pytest
 from dataplane.errors import UpstreamTimeout
 from dataplane.http import Request, Responder
 from dataplane.router.admission import Admission
+from dataplane.router.balancer import Balancer, Policy
 from dataplane.router.fleet.workers import Worker, WorkerSpec
 from dataplane.router.metrics import RouterMetrics, RouteStats
-from dataplane.router.path.exchange import Abandonable, Exchange, Host
+from dataplane.router.path.exchange import Abandonable, Exchange
+from dataplane.router.path.forwarder import Forwarder, ProxyConfig
 from dataplane.router.state import RouterState
 from dataplane.router.upstream.base import UpstreamResponse
 
@@ -85,18 +87,6 @@ class Connection:
         self.abandoned = True
 
 
-class Forwarder:
-    """The ``Host`` of an exchange: the router's metrics and its loop."""
-
-    def __init__(self, metrics: RouterMetrics, loop: asyncio.AbstractEventLoop) -> None:
-        self.metrics = metrics
-        self._loop = loop
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop
-
-
 class Setup:
     """One exchange in flight (a slot held, the worker's in-flight count and work raised) and
     everything it should give back."""
@@ -114,9 +104,14 @@ class Setup:
         self.responder = RecordingResponder()
         self.stats: RouteStats = self.metrics.route("/v1/chat/completions")
         self.conn = Connection()
-        host: Host = Forwarder(self.metrics, asyncio.get_running_loop())
-        request = Request(b"POST", b"/v1/chat/completions", [(b"content-type", b"application/json")], b"{}", False)
-        self.exchange = Exchange(host, self.stats, 0.0, request, self.responder, self.worker, slot, REVISION, False, 5)
+        balancer: Balancer[Worker] = Balancer(Policy.LEAST_LOAD, Worker.load, Worker.wait)
+        host = Forwarder(self.admission, balancer, self.metrics, ProxyConfig(request_timeout_s=30.0))
+        request = Request(
+            b"POST", b"/v1/chat/completions", [(b"content-type", b"application/json")], b"{}", False
+        )
+        self.exchange = Exchange(
+            host, self.stats, 0.0, request, self.responder, self.worker, slot, REVISION, False, 5
+        )
         conn: Abandonable = self.conn
         self.exchange.conn = conn
 
@@ -155,7 +150,12 @@ async def test_timeout_before_the_head_is_504_and_everything_given_back() -> Non
     assert answer is not None and answer[0] == 504
     assert json.loads(answer[2])["error"]["code"] == "upstream_timeout"
     assert answer[1][-1] == REVISION[0]
-    assert (s.admission.in_use, s.worker.inflight, s.worker.work, s.worker.consecutive_failures) == (0, 0, 0, 1)
+    assert (s.admission.in_use, s.worker.inflight, s.worker.work, s.worker.consecutive_failures) == (
+        0,
+        0,
+        0,
+        1,
+    )
     assert (s.stats.by_status, s.outcomes()) == ({504: 1}, {(WORKER, "http1", "timeout"): 1})
 
 
