@@ -24,6 +24,9 @@ counted: bench/router_overhead.py measures that):
   connection, the next request's HEADERS + DATA sent when the answer's END_STREAM arrives;
 - ``--access-log``: the chat request again on a router with ``--access-log /dev/null`` (the
   row ``router-log``): the buffering per request, the timer's batches, their encoding and writes;
+- ``--stream``: the chat request with ``"stream": true``; the worker answers a chunked SSE stream
+  of 16 token events and ``[DONE]``, one event per read (the row ``router-sse``): the relay's
+  per-chunk cost;
 - ``--workers N``: the chat request again on a router with N workers whose engine load views are
   FRESH (a control plane's, applied once), so the balancer scores N candidates per request
   (``least_load``; the row ``router-Nw``).
@@ -68,6 +71,26 @@ UPSTREAM_ANSWER = (
 )
 REQUEST = post(
     "127.0.0.1", 8000, "/v1/chat/completions", chat_body(MODEL, stream=False, size=1024, max_tokens=16)
+)
+# SSE (engine-sim's shape): 16 token events then [DONE], chunked; each event in its own read.
+_SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+_SSE_EVENT = (
+    b'data: {"id":"chatcmpl-0","object":"chat.completion.chunk","model":"%s",'
+    b'"choices":[{"index":0,"delta":{"content":"sim "}}]}\n\n' % MODEL.encode()
+)
+UPSTREAM_SSE = (
+    [_SSE_HEAD + _chunk(_SSE_EVENT)]
+    + [_chunk(_SSE_EVENT)] * 15
+    + [_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"]
+)
+STREAM_REQUEST = post(
+    "127.0.0.1", 8000, "/v1/chat/completions", chat_body(MODEL, stream=True, size=1024, max_tokens=16)
 )
 # The same ~1 KiB of text on two other dialects (SPEC §5.1): top level (/v1/responses) and
 # nested under sampling_params (/generate); the contract injects there the same way.
@@ -228,10 +251,10 @@ async def _drive(mode: str, n: int) -> None:
     from dataplane.router.settings import build_parser, settings_from_args
 
     loop = asyncio.get_running_loop()
-    request = ROUTE_REQUESTS.get(mode, REQUEST)
+    request = STREAM_REQUEST if mode == "router-sse" else ROUTE_REQUESTS.get(mode, REQUEST)
     workers = (
         int(mode.split("-")[1].removesuffix("w"))
-        if mode.startswith("router-") and mode not in ("router-h2c", "router-log")
+        if mode.startswith("router-") and mode not in ("router-h2c", "router-log", "router-sse")
         else 0
     )
     if mode == "router-h2c":
@@ -241,7 +264,7 @@ async def _drive(mode: str, n: int) -> None:
         router = Router(settings_from_args(build_parser().parse_args(args)))
         router.state.apply_workers([WorkerSpec(url, "h2c", (MODEL,))])
         handler: Any = router.proxy.handle
-    elif mode in ROUTE_REQUESTS or workers or mode == "h2c-router" or mode == "router-log":
+    elif mode in ROUTE_REQUESTS or workers or mode in ("h2c-router", "router-log", "router-sse"):
         urls = [f"http://127.0.0.1:{9 + i}" for i in range(max(1, workers))]
         args = ["--listen", "127.0.0.1:0", "--worker", urls[0], "--override-sampling-params", CONTRACT]
         if mode == "router-log":
@@ -268,11 +291,18 @@ async def _drive(mode: str, n: int) -> None:
         return
     client = Http1Connection(ServerContext(handler, ServerLimits(), loop))
 
+    streamed = mode == "router-sse"
+    in_answer = False
+
     def on_answer(data: bytes) -> None:
-        nonlocal answered
-        if not data.startswith(b"HTTP/1.1 200 "):
+        nonlocal answered, in_answer
+        if not in_answer and not data.startswith(b"HTTP/1.1 200 "):
             done.set_exception(RuntimeError(f"unexpected answer: {data[:300]!r}"))
             return
+        if streamed:  # a chunked answer arrives in several writes; its last chunk ends it
+            in_answer = not data.endswith(b"0\r\n\r\n")
+            if in_answer:
+                return
         answered += 1
         if answered >= n:
             done.set_result(None)
@@ -330,9 +360,10 @@ async def _drive_h2c(loop: asyncio.AbstractEventLoop, handler: Any, n: int, done
     await done
 
 
-def _memory_loop() -> Any:
+def _memory_loop(answer: list[bytes]) -> Any:
     """uvloop whose connections to a worker are in memory: the upstream pool's own connect path
-    runs (patching the pool would not reach it once compiled: scripts/build_mypyc.sh)."""
+    runs (patching the pool would not reach it once compiled: scripts/build_mypyc.sh). The
+    worker answers each request with the reads of ``answer``, one per loop turn."""
     import uvloop
 
     from dataplane.router.upstream.h2c.connection import H2Connection
@@ -345,16 +376,22 @@ def _memory_loop() -> Any:
             if isinstance(conn, H2Connection):
                 # An h2c worker: its frames for each request HEADERS, in a later loop turn.
                 def worker(data: bytes) -> None:
-                    answer = _h2_answers(data)
-                    if answer:
-                        self.call_soon(conn.data_received, answer)
+                    frames = _h2_answers(data)
+                    if frames:
+                        self.call_soon(conn.data_received, frames)
 
                 transport = MemoryTransport(worker)
                 conn.connection_made(transport)  # type: ignore[arg-type]
                 conn.data_received(_H2_SERVER_START)
                 return transport, conn
+
+            def feed(i: int) -> None:
+                conn.data_received(answer[i])
+                if i + 1 < len(answer):
+                    self.call_soon(feed, i + 1)
+
             # The worker answers in a later loop turn, as a socket read would.
-            transport = MemoryTransport(lambda _: self.call_soon(conn.data_received, UPSTREAM_ANSWER))
+            transport = MemoryTransport(lambda _: self.call_soon(feed, 0))
             conn.connection_made(transport)
             return transport, conn
 
@@ -401,6 +438,9 @@ def main() -> int:
         "--front-h2c", action="store_true", help="also an h2c client at the front door (h2c-router, h2c-bare)"
     )
     parser.add_argument(
+        "--stream", action="store_true", help="also the chat request streamed (SSE, 16 events)"
+    )
+    parser.add_argument(
         "--access-log", action="store_true", help="also the router with --access-log (to /dev/null)"
     )
     args = parser.parse_args()
@@ -411,7 +451,8 @@ def main() -> int:
 
         gc.collect()
         gc.freeze()
-        uvloop.run(_drive(args.inner, args.requests), loop_factory=_memory_loop)
+        answer = UPSTREAM_SSE if args.inner == "router-sse" else [UPSTREAM_ANSWER]
+        uvloop.run(_drive(args.inner, args.requests), loop_factory=lambda: _memory_loop(answer))
         return 0
     if shutil.which("valgrind") is None:
         print("valgrind not found: install it with `apt-get install -y valgrind`", file=sys.stderr)
@@ -425,6 +466,8 @@ def main() -> int:
         modes += ["h2c-bare", "h2c-router"]
     if args.access_log:
         modes.append("router-log")
+    if args.stream:
+        modes.append("router-sse")
     if args.workers:
         modes.append(f"router-{args.workers}w")
     for mode in modes:
