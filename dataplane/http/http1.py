@@ -10,7 +10,6 @@ answers are outstanding. A connection whose first bytes are the h2 preface is ha
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from typing import cast
 
 import httptools
@@ -81,8 +80,10 @@ class Http1Connection(AnswerQueue):
         self._expect_continue = False
         self._connection_header = False
         self._error: ErrorAnswer | None = None
-        # Answers, oldest first; only the head writes to the socket.
-        self._queue: deque[H1Responder] = deque()
+        # Answers, oldest first; only the head writes to the socket. A list, not a deque: at
+        # most h1_max_pipelined long, and compiled (scripts/build_mypyc.sh) its indexing,
+        # append and pop are native operations where a deque's are generic method calls.
+        self._queue: list[H1Responder] = []
         self.closing = False  # no further request is dispatched
         self._discarding = False  # the parser is done; input is dropped
         self._lingering = False
@@ -140,7 +141,7 @@ class Http1Connection(AnswerQueue):
         self._drop_body()
         self.ctx.body_held -= self._held
         self._held = 0
-        queue, self._queue = self._queue, deque()
+        queue, self._queue = self._queue, []
         for resp in queue:
             resp._mark_disconnected()
         self._wake_writers()
@@ -346,11 +347,11 @@ class Http1Connection(AnswerQueue):
         while True:
             head = queue[0]
             if head._close:
-                queue.popleft()
+                queue.pop(0)
                 self._drop_queue()
                 self._close(head._linger)
                 return
-            queue.popleft()
+            queue.pop(0)
             if not queue:
                 break
             head = queue[0]
@@ -378,7 +379,7 @@ class Http1Connection(AnswerQueue):
 
     def _drop_queue(self) -> None:
         """Answers queued behind a closing one are never sent: their handlers see a disconnect."""
-        queue, self._queue = self._queue, deque()
+        queue, self._queue = self._queue, []
         for resp in queue:
             resp._mark_disconnected()
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections import deque
 from typing import Final, cast
 
 import httptools
@@ -80,7 +79,9 @@ class H1Response:
         self.status = status
         self.headers = headers
         self._conn = conn
-        self._chunks: deque[bytes] = deque()
+        # A list, not a deque: compiled (scripts/build_mypyc.sh), its append, pop and clear are
+        # native operations where a deque's are generic method calls (once per chunk).
+        self._chunks: list[bytes] = []
         self._size = 0
         self._done = False
         self._error: RouterError | None = None
@@ -135,7 +136,7 @@ class H1Response:
             if buf:
                 # Forward whatever has arrived, at once: join what queued up while the client
                 # was being written to (fewer writes, no added delay).
-                chunk = buf.popleft() if len(buf) == 1 else b"".join(buf)
+                chunk = buf[0] if len(buf) == 1 else b"".join(buf)
                 buf.clear()
                 self._size = 0
                 if self._paused:
