@@ -112,9 +112,16 @@ def encode_h1_head(
     return out + (b"connection: close\r\n\r\n" if close else b"\r\n"), close
 
 
+# The chunk-size lines of chunks up to 4 KiB (SSE events are a few hundred bytes): a lookup
+# and one join per chunk cost less than %-formatting the size and the data together.
+_SIZE_LINES: Final = [b"%x\r\n" % n for n in range(4096)]
+_CRLF: Final = b"\r\n"
+
+
 def encode_chunk(data: bytes) -> bytes:
     """One HTTP/1.1 chunk (RFC 9112 §7.1) carrying ``data`` (non-empty)."""
-    return b"%x\r\n%s\r\n" % (len(data), data)
+    n = len(data)
+    return b"".join((_SIZE_LINES[n] if n < 4096 else b"%x\r\n" % n, data, _CRLF))
 
 
 def h2_response_headers(status: int, headers: Headers, content_length: int | None) -> Headers:

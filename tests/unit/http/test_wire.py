@@ -198,3 +198,10 @@ def test_limits_refuse_impossible_values(bad: dict[str, float]) -> None:
     """ServerLimits refuses values that cannot work, naming the field."""
     with pytest.raises(ValueError, match=next(iter(bad))):
         ServerLimits(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("size", [1, 15, 16, 4095, 4096, 70000])
+def test_chunk_encoding_exact_bytes_on_both_sides_of_the_size_table(size: int) -> None:
+    """A chunk is its size in hex, CRLF, the data, CRLF (RFC 9112 §7.1), below and above 4 KiB."""
+    data = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
+    assert encode_chunk(data) == f"{size:x}".encode() + b"\r\n" + data + b"\r\n"
