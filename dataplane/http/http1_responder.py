@@ -24,8 +24,9 @@ class AnswerQueue(WriteBackpressure):
     """What an answer needs from its connection (``http1.Http1Connection``): answers go out in
     request order, only the queue's head writes to the socket (RFC 9112 §9.3.2).
 
-    A base class the connection extends rather than a Protocol: compiled (scripts/build_mypyc.sh), a Protocol-typed reference makes every attribute read and
-    call a generic lookup by name; through a native base class they are field reads and vtable calls.
+    A base class the connection extends rather than a Protocol: compiled
+    (scripts/build_mypyc.sh), a Protocol-typed reference makes every attribute read and call a
+    generic lookup by name; through a native base class they are field reads and vtable calls.
     """
 
     # And from WriteBackpressure: lost, loop, write_paused, wait_writable().

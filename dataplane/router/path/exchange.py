@@ -43,8 +43,9 @@ class Host:
     """What an exchange needs from the forwarder that started it (``forwarder.Forwarder``
     extends it).
 
-    A base class rather than a Protocol: compiled (scripts/build_mypyc.sh), a Protocol-typed reference makes every attribute read and
-    call a generic lookup by name; through a native base class they are field reads and vtable calls.
+    A base class rather than a Protocol: compiled (scripts/build_mypyc.sh), a Protocol-typed
+    reference makes every attribute read and call a generic lookup by name; through a native
+    base class they are field reads and vtable calls.
     """
 
     metrics: RouterMetrics

@@ -49,8 +49,9 @@ class ConnectionHome:
     httpcore's pool/connection interface: the pool's one deadline timer, taking a connection
     back when its exchange is complete, and forgetting one that is gone.
 
-    A base class rather than a Protocol: compiled (scripts/build_mypyc.sh), a Protocol-typed reference makes every attribute read and
-    call a generic lookup by name; through a native base class they are field reads and vtable calls.
+    A base class rather than a Protocol: compiled (scripts/build_mypyc.sh), a Protocol-typed
+    reference makes every attribute read and call a generic lookup by name; through a native
+    base class they are field reads and vtable calls.
     """
 
     deadlines: Deadlines
