@@ -11,6 +11,8 @@ server; the rest happens in callbacks of this object:
   finished there; an answer still on its way (large, or SSE) is relayed by a task from then on
   (``relay.relay_rest``), exactly as on the task path;
 - ``on_failure`` (timeout, worker dropped the connection before the head): the SPEC §5 error;
+  ``UpstreamUnreachable`` (an h2c worker refused the stream on both tries, RFC 9113 §8.7:
+  nothing reached it) hands the request to the task path, which tries another worker (SPEC §5);
 - ``on_client_gone`` (``Responder.on_disconnect``): the upstream connection is closed (RFC 9112
   §9.6: the only way to cancel an h1 exchange), the answer aborted.
 
@@ -27,9 +29,10 @@ import logging
 from time import perf_counter
 from typing import Protocol
 
-from dataplane.errors import RouterError
+from dataplane.errors import RouterError, UpstreamUnreachable
 from dataplane.http import Request, Responder, answer_internal_error, spawn
 from dataplane.router.admission import Slot
+from dataplane.router.body import RequestBody
 from dataplane.router.fleet.workers import Worker
 from dataplane.router.headers import Headers
 from dataplane.router.metrics import CLIENT_GONE, OK, RouterMetrics, RouteStats
@@ -54,6 +57,27 @@ class Host:
     def loop(self) -> asyncio.AbstractEventLoop:
         raise NotImplementedError
 
+    def retry_elsewhere(
+        self,
+        stats: RouteStats,
+        started: float,
+        request: Request,
+        responder: Responder,
+        resend: Resend,
+        extra: Headers,
+        stream: bool,
+        work: int,
+        slot: Slot,
+        worker: Worker,
+    ) -> None:
+        """Forward the request again, to another worker than ``worker`` (unreachable), in a task
+        that owns ``slot`` and answers the client from now on."""
+        raise NotImplementedError
+
+
+# What the task path needs to send a request again: target, body, headers, the worker group.
+Resend = tuple[bytes, RequestBody, Headers, tuple[Worker, ...]]
+
 
 class Abandonable(Protocol):
     """The upstream connection carrying the exchange (``upstream.h1.connection.H1Connection``)."""
@@ -76,6 +100,7 @@ class Exchange:
         "_work",
         "_worker",
         "conn",
+        "resend",
     )
 
     def __init__(
@@ -102,6 +127,8 @@ class Exchange:
         self._stream = stream
         self._work = work  # the worker's share of it, given back with the in-flight count
         self.conn: Abandonable | None = None  # until the head arrives: abandoned if the client leaves
+        # Set where a listener may be told UpstreamUnreachable (h2c): to try another worker.
+        self.resend: Resend | None = None
 
     # -- upstream.ResponseListener ---------------------------------------------------------
     def on_response(self, response: UpstreamResponse) -> None:
@@ -166,6 +193,22 @@ class Exchange:
         try:
             worker.record_failure()
             self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(error))
+            resend = self.resend
+            if resend is not None and isinstance(error, UpstreamUnreachable):
+                # Nothing reached the worker: another one may answer (SPEC §5), from a task.
+                self._proxy.retry_elsewhere(
+                    self._stats,
+                    self._started,
+                    self._request,
+                    responder,
+                    resend,
+                    self._extra,
+                    self._stream,
+                    self._work,
+                    self._slot,
+                    worker,
+                )
+                return
             status = responder.answer_error(error, self._extra)
         except Exception:
             self._bug()

@@ -25,7 +25,7 @@ from dataplane.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from dataplane.http import DEFERRED, Deferred, Request, Responder
+from dataplane.http import DEFERRED, Deferred, Request, Responder, spawn
 from dataplane.router.admission import Admission, Slot
 from dataplane.router.balancer import Balancer
 from dataplane.router.body import RequestBody
@@ -38,7 +38,7 @@ from dataplane.router.metrics import (
     RouterMetrics,
     RouteStats,
 )
-from dataplane.router.path.exchange import Exchange, Host
+from dataplane.router.path.exchange import Exchange, Host, Resend
 from dataplane.router.path.relay import CLIENT_CLOSED, outcome_of, relay
 from dataplane.router.upstream.h1.pool import H1Pool
 from dataplane.router.upstream.h2c.pool import H2Pool
@@ -221,8 +221,42 @@ class Forwarder(Host):
                 worker,
             )
         exchange.conn = conn
+        if type(pool) is H2Pool:  # a refused stream may end in UpstreamUnreachable (RFC 9113 §8.7)
+            exchange.resend = (target, body, headers, group)
         responder.on_disconnect(exchange.on_client_gone)
         return DEFERRED
+
+    def retry_elsewhere(
+        self,
+        stats: RouteStats,
+        started: float,
+        request: Request,
+        responder: Responder,
+        resend: Resend,
+        extra: Headers,
+        stream: bool,
+        work: int,
+        slot: Slot,
+        worker: Worker,
+    ) -> None:
+        target, body, headers, group = resend
+        forwarding = self._run(
+            stats,
+            started,
+            request,
+            responder,
+            target,
+            body,
+            headers,
+            group,
+            extra,
+            stream,
+            work,
+            slot,
+            worker,
+            True,
+        )
+        spawn(self._loop or self._bind_loop(), forwarding, request, responder)
 
     async def _run(
         self,
