@@ -62,6 +62,25 @@ class H2ProtocolError(Exception):
         self.code = code
 
 
+def header_block(stream_id: int, flags: int, payload: bytes) -> bytes:
+    """The header block fragment of a HEADERS frame: its padding and priority fields removed
+    (RFC 9113 §6.2); raises ``H2ProtocolError`` for a HEADERS frame that cannot be one."""
+    if not stream_id:
+        raise H2ProtocolError("HEADERS on stream 0")
+    start = 0
+    stop = len(payload)
+    if flags & PADDED:
+        if not payload:
+            raise H2ProtocolError("padded HEADERS without a pad length")
+        start = 1
+        stop -= payload[0]
+    if flags & PRIORITY_FLAG:
+        start += 5
+    if start > stop:
+        raise H2ProtocolError("padding exceeds the HEADERS payload")
+    return payload[start:stop]
+
+
 def hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
     """HPACK integer (RFC 7541 §5.1) with ``first`` holding the representation's flag bits."""
     limit = (1 << prefix_bits) - 1

@@ -72,6 +72,7 @@ from dataplane.http.h2_frames import (
     WINDOW_UPDATE,
     H2ProtocolError,
     frame,
+    header_block,
     hpack_int,
     hpack_str,
 )
@@ -425,20 +426,7 @@ class ServerCodec:
         self._listener.on_data(sid, payload, end)
 
     def _on_headers(self, sid: int, flags: int, payload: bytes) -> None:
-        if not sid:
-            raise H2ProtocolError("HEADERS on stream 0")
-        start = 0
-        stop = len(payload)
-        if flags & PADDED:
-            if not payload:
-                raise H2ProtocolError("padded HEADERS without a pad length")
-            start = 1
-            stop -= payload[0]
-        if flags & PRIORITY_FLAG:
-            start += 5
-        if start > stop:
-            raise H2ProtocolError("padding exceeds the HEADERS payload")
-        block = payload[start:stop]
+        block = header_block(sid, flags, payload)
         if flags & END_HEADERS:
             self._headers_done(sid, flags, block)
         else:

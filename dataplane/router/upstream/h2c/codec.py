@@ -37,7 +37,6 @@ from dataplane.http.h2_frames import (
     MAX_WINDOW,
     PADDED,
     PING,
-    PRIORITY_FLAG,
     PUSH_PROMISE,
     RECV_FRAME_SIZE,
     RST_STREAM,
@@ -48,6 +47,7 @@ from dataplane.http.h2_frames import (
     WINDOW_UPDATE,
     H2ProtocolError,
     frame,
+    header_block,
 )
 from dataplane.http.h2_hpack import Decoder, HpackError
 from dataplane.router.upstream.h2c.output import CodecOutput
@@ -150,20 +150,7 @@ class ClientCodec(CodecOutput):
         self._listener.on_data(sid, payload, length, end)
 
     def _on_headers(self, sid: int, flags: int, payload: bytes) -> None:
-        if sid == 0:
-            raise H2ProtocolError("HEADERS on stream 0")
-        start = 0
-        stop = len(payload)
-        if flags & PADDED:
-            if not payload:
-                raise H2ProtocolError("malformed padded HEADERS")
-            start = 1
-            stop -= payload[0]
-        if flags & PRIORITY_FLAG:
-            start += 5
-        if start > stop:
-            raise H2ProtocolError("padding exceeds HEADERS payload")
-        block = payload[start:stop]
+        block = header_block(sid, flags, payload)
         if flags & END_HEADERS:
             self._headers_done(sid, flags, block)
         else:

@@ -55,6 +55,43 @@ class Answered(Responder):
         return self.done.done()
 
 
+class Refused:
+    """An exchange on the callback path to an h2c worker (the group's first), with its slot held
+    and the worker's counts raised as ``Forwarder._send`` leaves them."""
+
+    def __init__(self, urls: list[str], headers: Headers) -> None:
+        state = RouterState()
+        state.apply_workers([WorkerSpec(u, "h2c" if u.startswith("h2c") else "http1", ("m",)) for u in urls])
+        self.workers = state.workers.workers
+        self.admission = Admission(1, 0, 1.0)
+        slot = self.admission.try_acquire()
+        assert slot is not None
+        metrics = RouterMetrics(state, self.admission)
+        balancer: Balancer[Worker] = Balancer(Policy.LEAST_LOAD, Worker.load, Worker.wait)
+        forwarder = Forwarder(self.admission, balancer, metrics, ProxyConfig(request_timeout_s=5.0))
+        target = b"/v1/chat/completions"
+        self.responder = Answered()
+        refusing = self.workers[0]
+        refusing.inflight, refusing.work = 1, 5
+        self.exchange = Exchange(
+            forwarder,
+            metrics.route(target.decode()),
+            0.0,
+            Request(b"POST", target, headers, b"{}", False),
+            self.responder,
+            refusing,
+            slot,
+            REVISION,
+            False,
+            5,
+        )
+        self.exchange.resend = (target, b"{}", headers, tuple(self.workers))
+
+    async def close(self) -> None:
+        for worker in self.workers:
+            await worker.pool.close()
+
+
 async def test_a_twice_refused_stream_is_answered_by_another_worker() -> None:
     """Told UpstreamUnreachable by the h2c pool: the next worker answers, the slot comes back."""
 
@@ -62,89 +99,31 @@ async def test_a_twice_refused_stream_is_answered_by_another_worker() -> None:
         responder.respond(200, [(b"content-type", b"application/json")], b'{"from":"other"}')
 
     server = await start_server(other_worker, "127.0.0.1", 0)
-    state = RouterState()
     # The refusing worker is never dialled again: it is the one that was tried.
-    state.apply_workers(
-        [
-            WorkerSpec("h2c://127.0.0.1:9", "h2c", ("m",)),
-            WorkerSpec(f"http://127.0.0.1:{server.port}", "http1", ("m",)),
-        ]
+    case = Refused(
+        ["h2c://127.0.0.1:9", f"http://127.0.0.1:{server.port}"], [(b"content-type", b"application/json")]
     )
-    refusing, other = state.workers.workers
-    admission = Admission(1, 0, 1.0)
-    slot = admission.try_acquire()
-    assert slot is not None
-    metrics = RouterMetrics(state, admission)
-    balancer: Balancer[Worker] = Balancer(Policy.LEAST_LOAD, Worker.load, Worker.wait)
-    forwarder = Forwarder(admission, balancer, metrics, ProxyConfig(request_timeout_s=5.0))
-    request = Request(
-        b"POST", b"/v1/chat/completions", [(b"content-type", b"application/json")], b"{}", False
-    )
-    responder = Answered()
-    refusing.inflight, refusing.work = 1, 5  # as ``Forwarder._send`` leaves them
-    exchange = Exchange(
-        forwarder,
-        metrics.route("/v1/chat/completions"),
-        0.0,
-        request,
-        responder,
-        refusing,
-        slot,
-        REVISION,
-        False,
-        5,
-    )
-    exchange.resend = (
-        b"/v1/chat/completions",
-        b"{}",
-        [(b"content-type", b"application/json")],
-        (refusing, other),
-    )
+    refusing, other = case.workers
     try:
-        exchange.on_failure(UpstreamUnreachable())
-        await asyncio.wait_for(responder.done, 5)
-        assert (responder.status, responder.body) == (200, b'{"from":"other"}')
+        case.exchange.on_failure(UpstreamUnreachable())
+        await asyncio.wait_for(case.responder.done, 5)
+        assert (case.responder.status, case.responder.body) == (200, b'{"from":"other"}')
         assert (refusing.inflight, refusing.work, refusing.consecutive_failures) == (0, 0, 1)
         await asyncio.sleep(0)  # the task's last step
-        assert admission.in_use == 0 and other.inflight == 0
+        assert case.admission.in_use == 0 and other.inflight == 0
     finally:
-        for worker in (refusing, other):
-            await worker.pool.close()
+        await case.close()
         await server.drain(0.1)
 
 
 async def test_without_another_worker_the_client_gets_the_502() -> None:
     """Only the refusing worker in the group: 502 upstream_unreachable, as on the task path."""
-    state = RouterState()
-    state.apply_workers([WorkerSpec("h2c://127.0.0.1:9", "h2c", ("m",))])
-    (refusing,) = state.workers.workers
-    admission = Admission(1, 0, 1.0)
-    slot = admission.try_acquire()
-    assert slot is not None
-    metrics = RouterMetrics(state, admission)
-    balancer: Balancer[Worker] = Balancer(Policy.LEAST_LOAD, Worker.load, Worker.wait)
-    forwarder = Forwarder(admission, balancer, metrics, ProxyConfig(request_timeout_s=5.0))
-    request = Request(b"POST", b"/v1/chat/completions", [], b"{}", False)
-    responder = Answered()
-    refusing.inflight = 1
-    exchange = Exchange(
-        forwarder,
-        metrics.route("/v1/chat/completions"),
-        0.0,
-        request,
-        responder,
-        refusing,
-        slot,
-        REVISION,
-        False,
-        0,
-    )
-    exchange.resend = (b"/v1/chat/completions", b"{}", [], (refusing,))
+    case = Refused(["h2c://127.0.0.1:9"], [])
     try:
-        exchange.on_failure(UpstreamUnreachable())
-        await asyncio.wait_for(responder.done, 5)
-        assert responder.status == 502 and b"upstream_unreachable" in responder.body
+        case.exchange.on_failure(UpstreamUnreachable())
+        await asyncio.wait_for(case.responder.done, 5)
+        assert case.responder.status == 502 and b"upstream_unreachable" in case.responder.body
         await asyncio.sleep(0)
-        assert admission.in_use == 0
+        assert case.admission.in_use == 0
     finally:
-        await refusing.pool.close()
+        await case.close()
