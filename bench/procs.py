@@ -42,14 +42,18 @@ class Proc:
     port: int
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 10 s: this process only, by its PID."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        stop(self.popen)
+
+
+def stop(popen: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
+    """SIGTERM, then SIGKILL after 10 s: this process only, by its PID."""
+    if popen.poll() is None:
+        popen.send_signal(signal.SIGTERM)
+        try:
+            popen.wait(10)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait()
 
 
 def spawn(

@@ -26,7 +26,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.loadgen import chat_body, cpu_seconds  # noqa: E402
+from bench.procs import stop  # noqa: E402
 
 PY = str(ROOT / ".venv" / "bin" / "python")
 MODEL = "sim-model"
@@ -56,13 +56,7 @@ class Proc:
         return self.popen.pid
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        stop(self.popen)
 
 
 def start(argv: list[str], pattern: str) -> Proc:
