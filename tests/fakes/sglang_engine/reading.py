@@ -424,7 +424,9 @@ def _generate_from_fields(values: dict[str, Any], preferred: dict[str, Any] | No
                 shape._expand_inputs(num)  # first of _normalize_batch_inputs' steps (a float n fails here)
                 shape._normalize_sampling_params(num)
                 items = [shape.sampling_params[i] for i in range(num)]  # obj[i] for i in range(batch_size)
-        except (IndexError, TypeError, ValueError) as exc:
+        # OverflowError: a sequence count past the index range (batch 2 x n -2**63 makes
+        # ``[params] * num`` raise), which FastAPI answers with a 500: nothing is sampled.
+        except (IndexError, TypeError, ValueError, OverflowError) as exc:
             return Refused("normalize", str(exc))
     out: list[Sampling] = []
     for item in items:

@@ -351,6 +351,20 @@ def test_generate_null_n_is_refused_by_the_batch_logic() -> None:
     ] == engine.FieldReading(1, True)
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"text":["a","b"],"sampling_params":{"n":-9223372036854775808}}',
+        b'{"instances":[{"text":"a"},{"text":"b"}],"parameters":{"sampling_params":{"n":-9223372036854775808}}}',
+    ],
+    ids=["generate", "vertex"],
+)
+def test_a_sequence_count_past_the_index_range_is_refused(body: bytes) -> None:
+    """Two prompts x n -2**63 overflows ``[params] * num``: the engine answers a 500, samples nothing."""
+    read = engine.vertex if b"instances" in body else engine.generate
+    _refused(read(body), "normalize")
+
+
 def test_n_below_one_is_not_refused() -> None:
     """0.5.23's verify has no n check: n 0 is read as sent (GenerateReqInput fans out only n > 1)."""
     assert _one(engine.chat(_chat(b',"n":0')))["n"] == engine.FieldReading(0, True)
