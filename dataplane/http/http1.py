@@ -31,6 +31,7 @@ from dataplane.http.wire import (
     VERSION_NOT_SUPPORTED,
     Headers,
     classify_preface,
+    lower_name,
 )
 
 
@@ -171,7 +172,7 @@ class Http1Connection(AnswerQueue):
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._headers_done:
             return  # a chunked trailer: ignored, never merged into the headers (RFC 9110 §6.5.1)
-        name = name.lower()
+        name = lower_name(name)
         self._header_bytes += len(name) + len(value)
         if name == b"content-length":
             # llhttp has validated the digits; refuse before a byte of the body is read.

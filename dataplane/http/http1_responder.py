@@ -102,19 +102,19 @@ class H1Responder(Responder):
         # Encode before committing: a bad status or header raises with the answer still unsent,
         # so the handler's error path can still answer 500.
         close = not self._keep_alive or ((conn.closing or conn.ctx.draining) and conn.closes_after(self))
-        head, close = encode_h1_head(status, headers, len(body) if allowed else None, False, close)
-        self._state = DONE
-        self._close = close
-        if not allowed:
+        if not allowed or self._head or len(body) > _JOIN_BODY_MAX:
+            head, close = encode_h1_head(status, headers, len(body) if allowed else None, False, close)
+            self._state = DONE
+            self._close = close
             conn.emit(self, head)
-        else:
-            if self._head or not body:
-                conn.emit(self, head)
-            elif len(body) <= _JOIN_BODY_MAX:
-                conn.emit(self, head + body)
-            else:
-                conn.emit(self, head)
+            if allowed and body and not self._head:
                 conn.emit(self, body)
+        else:
+            # Head and body in one buffer, joined once (an empty body adds nothing).
+            answer, close = encode_h1_head(status, headers, len(body), False, close, body)
+            self._state = DONE
+            self._close = close
+            conn.emit(self, answer)
         conn.answer_done(self)
 
     def start(self, status: int, headers: Headers) -> None:

@@ -30,6 +30,52 @@ LAST_CHUNK: Final = b"0\r\n\r\n"
 Headers = list[tuple[bytes, bytes]]
 
 
+# Header names as received -> lower-cased (RFC 9110 §5.1: case-insensitive), one object per
+# name: a lookup instead of ``bytes.lower()`` (a generic method call and a new object per
+# header), and the object returned keeps its hash, so the set lookups that follow on both
+# sides of the proxy (hop-by-hop, framing) do not hash the name again. Bounded: names past
+# the bound, and long ones, are lower-cased as before (a client sending made-up names fills
+# it only once).
+_NAMES_MAX: Final = 512
+_NAME_MAX_BYTES: Final = 64  # longer names are never kept
+_COMMON_NAMES: Final = (
+    b"host",
+    b"content-type",
+    b"content-length",
+    b"transfer-encoding",
+    b"connection",
+    b"keep-alive",
+    b"accept",
+    b"accept-encoding",
+    b"user-agent",
+    b"authorization",
+    b"x-api-key",
+    b"x-request-id",
+    b"expect",
+    b"date",
+    b"server",
+    b"upgrade",
+    b"te",
+    b"traceparent",
+)
+_NAMES: Final[dict[bytes, bytes]] = {
+    raw: name
+    for name in _COMMON_NAMES
+    for raw in (name, name.title(), b"-".join(part.upper() for part in name.split(b"-")))
+}
+
+
+def lower_name(name: bytes) -> bytes:
+    """``name.lower()``, the same object for the same name (see ``_NAMES``)."""
+    lowered = _NAMES.get(name)
+    if lowered is None:
+        lowered = name.lower()
+        if len(_NAMES) < _NAMES_MAX and len(name) <= _NAME_MAX_BYTES:
+            lowered = _NAMES.setdefault(lowered, lowered)
+            _NAMES[name] = lowered
+    return lowered
+
+
 def classify_preface(data: bytes) -> Literal["h1", "h2", "more"]:
     """Which protocol a connection speaks, from its first bytes ("more": undecidable yet)."""
     n = min(len(data), len(H2_PREFACE))
@@ -66,6 +112,12 @@ def body_allowed(status: int) -> bool:
     return status >= 200 and status != 204 and status != 304
 
 
+_CRLF: Final = b"\r\n"
+# The content-length lines of the answer sizes seen (a bounded table: a lookup instead of
+# formatting the number per answer; sizes past the bound are formatted as before).
+_LENGTH_LINES: Final[dict[int, bytes]] = {}
+_LENGTH_LINES_MAX: Final = 4096
+
 # Headers the server itself decides on HTTP/1.1 (RFC 9112 §6, §9.6): the handler's are dropped.
 _H1_FRAMING: Final = frozenset({b"content-length", b"transfer-encoding", b"connection", b"keep-alive"})
 
@@ -90,32 +142,45 @@ def encode_h1_head(
     content_length: int | None,
     chunked: bool,
     close: bool,
+    body: bytes = b"",
 ) -> tuple[bytes, bool]:
-    """Status line + headers + blank line, and whether the connection closes after the answer.
+    """Status line + headers + blank line (then ``body``, if given: one buffer for a complete
+    answer), and whether the connection closes after the answer.
 
     ``content_length`` None and ``chunked`` False means no framing header at all (bodyless
     statuses, or an HTTP/1.0 answer delimited by closing). A handler header ``connection:
     close`` forces ``close``.
     """
-    # Plain bytes concatenation beats list building + join for the usual handful of headers.
-    out = STATUS_LINES.get(status) or status_line(status)
+    # The pieces, then one join: compiled (scripts/build_mypyc.sh), each ``out += ...`` of a
+    # concatenation was a generic in-place add and a new bytes object per piece.
+    parts = [STATUS_LINES.get(status) or status_line(status)]
     for name, value in headers:
         if name in _H1_FRAMING:
             if name == b"connection" and b"close" in value.lower():
                 close = True
             continue
-        out += name + b": " + value + b"\r\n"
+        parts.append(name)
+        parts.append(b": ")
+        parts.append(value)
+        parts.append(_CRLF)
     if content_length is not None:
-        out += b"content-length: %d\r\n" % content_length
+        line = _LENGTH_LINES.get(content_length)
+        if line is None:
+            line = b"content-length: %d\r\n" % content_length
+            if len(_LENGTH_LINES) < _LENGTH_LINES_MAX:
+                _LENGTH_LINES[content_length] = line
+        parts.append(line)
     elif chunked:
-        out += b"transfer-encoding: chunked\r\n"
-    return out + (b"connection: close\r\n\r\n" if close else b"\r\n"), close
+        parts.append(b"transfer-encoding: chunked\r\n")
+    parts.append(b"connection: close\r\n\r\n" if close else _CRLF)
+    if body:
+        parts.append(body)
+    return b"".join(parts), close
 
 
 # The chunk-size lines of chunks up to 4 KiB (SSE events are a few hundred bytes): a lookup
 # and one join per chunk cost less than %-formatting the size and the data together.
 _SIZE_LINES: Final = [b"%x\r\n" % n for n in range(4096)]
-_CRLF: Final = b"\r\n"
 
 
 def encode_chunk(data: bytes) -> bytes:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform
-from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Final
 
@@ -72,6 +71,22 @@ BUCKETS_S: Final[tuple[float, ...]] = (
 )
 
 
+def bucket_of(duration_s: float) -> int:
+    """The histogram slot of ``duration_s``: how many bounds of ``BUCKETS_S`` lie below it
+    (``bisect.bisect_left(BUCKETS_S, duration_s)``; past the largest bound, the last slot).
+
+    A scan from the smallest bound rather than ``bisect_left``: compiled (scripts/build_mypyc.sh)
+    it is a few native float comparisons (answers take milliseconds: one to four of them) where
+    ``bisect_left`` is a generic call into the C module, ~800 instructions per observation.
+    """
+    i = 0
+    for bound in BUCKETS_S:
+        if not bound < duration_s:  # NaN lands in slot 0, as with bisect_left
+            return i
+        i += 1
+    return i
+
+
 class RouteStats:
     """Counters of one route: answers by status and the duration histogram."""
 
@@ -90,7 +105,7 @@ class RouteStats:
     def observe(self, status: int, duration_s: float, responder: Responder | None = None) -> None:
         by_status = self.by_status
         by_status[status] = by_status.get(status, 0) + 1
-        self.buckets[bisect_left(BUCKETS_S, duration_s)] += 1
+        self.buckets[bucket_of(duration_s)] += 1
         self.count += 1
         self.sum_s += duration_s
         access = self.access
@@ -109,7 +124,7 @@ class Timing:
         self.sum_s = 0.0
 
     def observe(self, duration_s: float) -> None:
-        self.buckets[bisect_left(BUCKETS_S, duration_s)] += 1
+        self.buckets[bucket_of(duration_s)] += 1
         self.count += 1
         self.sum_s += duration_s
 

@@ -200,7 +200,8 @@ def enforce(compiled: CompiledContract, probe: Probe, body: bytes, route: str = 
         return splice(probe, body, pairs)
     # ``splice`` of a small top-level body, inlined: the per-request path of chat.
     at = probe.insert_at
-    return body[:at] + (b"," if probe.needs_comma else b"") + b",".join(pairs) + body[at:]
+    # One join: chained concatenation made a body-sized temporary per ``+``.
+    return b"".join((body[:at], b"," if probe.needs_comma else b"", b",".join(pairs), body[at:]))
 
 
 def _enforce_batch(rules: DialectRules, probe: Probe, body: bytes, route: str) -> RequestBody:

@@ -209,6 +209,9 @@ _TOPS: Final = tuple(
     for p in _PLANS
 )
 _RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+# Bound once: compiled (scripts/build_mypyc.sh), ``msgspec.structs.astuple`` is two generic
+# attribute lookups per call.
+_astuple: Final = msgspec.structs.astuple
 _STRING_DECODER = msgspec.json.Decoder(str)
 _N_FIELDS: Final = len(FIELDS)
 _INTEGRAL: Final = tuple(f.integral for f in FIELDS)
@@ -444,7 +447,7 @@ def _first_byte(raw: msgspec.Raw) -> int:
 
 def _decode_object(decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw) -> tuple[Any, ...]:
     try:
-        return msgspec.structs.astuple(decoder.decode(raw))
+        return _astuple(decoder.decode(raw))
     except RecursionError:
         raise BadRequest(_BODY_NOT_OBJECT) from None
 
@@ -546,7 +549,7 @@ def probe_body(body: bytes, dialect: Dialect = CHAT) -> Probe:
     if has_keys:
         _read_routing(probe, seen)
         seen.clear()
-    values = msgspec.structs.astuple(decoded)
+    values = _astuple(decoded)
     if fields is not None:
         if _read_fields(probe, values, fields, gate):
             has_keys = True

@@ -38,6 +38,7 @@ from dataplane.router.headers import Headers
 from dataplane.router.metrics import CLIENT_GONE, OK, RouterMetrics, RouteStats
 from dataplane.router.path.relay import CLIENT_CLOSED, outcome_of, relay_rest
 from dataplane.router.upstream.base import UpstreamResponse
+from dataplane.router.upstream.h1.connection import H1Response
 
 _log = logging.getLogger(__name__)
 
@@ -139,7 +140,16 @@ class Exchange:
         timing = self._proxy.metrics.timing[worker.protocol]
         waited = perf_counter() - self._started
         timing.first_byte.observe(waited)
-        complete = response.buffered_body()
+        if isinstance(response, H1Response):
+            # The concrete class: compiled (scripts/build_mypyc.sh), its fields and method are
+            # native reads and a direct call, where through the Protocol each is a lookup by name.
+            complete = response.buffered_body()
+            status = response.status
+            headers = response.headers
+        else:
+            complete = response.buffered_body()
+            status = response.status
+            headers = response.headers
         if complete is None:
             # Still on its way (a large answer, or SSE): relay it in a task, as the task path
             # does; the task owns the slot and the in-flight count from now on.
@@ -170,9 +180,8 @@ class Exchange:
         worker.inflight -= 1
         worker.work -= self._work
         try:
-            status = response.status
             extra = self._extra
-            responder.respond(status, response.headers + extra if extra else response.headers, complete)
+            responder.respond(status, headers + extra if extra else headers, complete)
             if worker.consecutive_failures:  # record_success() only matters after failures
                 worker.record_success()
             self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, OK)

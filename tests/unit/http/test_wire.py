@@ -22,6 +22,7 @@ from dataplane.http.wire import (
     encode_chunk,
     encode_h1_head,
     h2_response_headers,
+    lower_name,
     status_line,
 )
 
@@ -125,8 +126,13 @@ def test_encoded_answers_parse_back(
 ) -> None:
     """Whatever the headers and body, a standard parser reads back the same status, headers and body."""
     body = b"".join(pieces)
-    head, _ = encode_h1_head(status, headers, None if chunked else len(body), chunked, False)
-    raw = head + (b"".join(encode_chunk(p) for p in pieces) + b"0\r\n\r\n" if chunked else body)
+    if chunked:
+        head, _ = encode_h1_head(status, headers, None, True, False)
+        raw = head + b"".join(encode_chunk(p) for p in pieces) + b"0\r\n\r\n"
+    else:  # a complete answer: the body joined behind the head, as ``H1Responder.respond`` asks
+        raw, _ = encode_h1_head(status, headers, len(body), False, False, body)
+        head, _ = encode_h1_head(status, headers, len(body), False, False)
+        assert raw == head + body
     collector = _Collector()
     parser = httptools.HttpResponseParser(collector)
     parser.feed_data(raw)
@@ -205,3 +211,23 @@ def test_chunk_encoding_exact_bytes_on_both_sides_of_the_size_table(size: int) -
     """A chunk is its size in hex, CRLF, the data, CRLF (RFC 9112 §7.1), below and above 4 KiB."""
     data = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
     assert encode_chunk(data) == f"{size:x}".encode() + b"\r\n" + data + b"\r\n"
+
+
+@given(st.binary(min_size=1, max_size=80).map(lambda b: bytes(33 + x % 94 for x in b)))
+def test_header_names_lower_cased_whatever_their_case(raw: bytes) -> None:
+    """Any header name (token bytes, any case, any length) comes back lower-cased, the same for
+    every spelling of it; known names and repeated ones as one object (their hash kept)."""
+    assert lower_name(raw) == raw.lower()
+    assert lower_name(raw.upper()) == lower_name(raw.swapcase()) == raw.lower()
+    assert lower_name(b"Content-Length") is lower_name(b"CONTENT-LENGTH") is lower_name(b"content-length")
+
+
+def test_header_names_past_the_table_bound_still_lower_cased() -> None:
+    """A client sending thousands of made-up names fills the bounded table once; every name,
+    new or known, is still lower-cased after that."""
+    for i in range(3000):
+        assert lower_name(b"X-Made-Up-%d" % i) == b"x-made-up-%d" % i
+    assert lower_name(b"X-Made-Up-Again") == b"x-made-up-again"
+    assert lower_name(b"Host") == b"host"
+    long_name = b"X-" + b"L" * 5000
+    assert lower_name(long_name) == long_name.lower()

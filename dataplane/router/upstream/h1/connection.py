@@ -32,6 +32,7 @@ from typing import Final, cast
 import httptools
 
 from dataplane.errors import RouterError
+from dataplane.http.wire import lower_name
 from dataplane.router.body import RequestBody, body_segments
 from dataplane.router.headers import DROPPED, Headers
 from dataplane.router.upstream.base import (
@@ -224,7 +225,7 @@ class H1Connection(asyncio.Protocol):
 
     # -- httptools callbacks ---------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:
-        name = name.lower()
+        name = lower_name(name)
         if name == b"content-length" or name == b"transfer-encoding":
             self._delimited = True
         if name not in DROPPED:
@@ -315,7 +316,9 @@ class H1Connection(asyncio.Protocol):
         self.deadline = first if first < deadline else deadline
         self._timed = True
         self._pool.deadlines.watch(self, self._loop)
-        if len(body) <= _COALESCE_BODY_BYTES:
+        if not body:  # a head with its body already in it (``H1Pool.start``), or no body
+            transport.write(head)
+        elif len(body) <= _COALESCE_BODY_BYTES:
             # One segment: head and body written separately cost a measured 1-3 ms at p90 on
             # loopback (the second small segment waits behind the first's ACK).
             transport.write(head + body if isinstance(body, bytes) else b"".join((head, *body.segments)))
