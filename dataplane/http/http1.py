@@ -80,6 +80,7 @@ class Http1Connection(AnswerQueue):
         self._held = 0
         self._expect_continue = False
         self._connection_header = False
+        self._arm_read = False  # a request began in the read being parsed (on_message_begin)
         self._error: ErrorAnswer | None = None
         # Answers, oldest first; only the head writes to the socket. A list, not a deque: at
         # most h1_max_pipelined long, and compiled (scripts/build_mypyc.sh) its indexing,
@@ -119,6 +120,10 @@ class Http1Connection(AnswerQueue):
             error, self._error = self._error, None
             self._fail(error or MALFORMED)
             return
+        if self._arm_read:
+            self._arm_read = False
+            if self._in_message:  # begun in this read, not finished: its read deadline
+                self._deadline = self.loop.time() + self.limits.read_timeout_s
         if self._in_message:
             # httptools accumulates a header (or trailer) field before calling back: bound the
             # raw bytes of an unfinished head, and of a body (whose trailers count too).
@@ -160,7 +165,9 @@ class Http1Connection(AnswerQueue):
         self._raw_body = 0
         self._expect_continue = False
         self._connection_header = False
-        self._deadline = self.loop.time() + self.limits.read_timeout_s
+        # The read deadline is armed once this read is parsed, if the request is still
+        # unfinished then (``data_received``): one read carrying a whole request needs no clock.
+        self._arm_read = True
 
     def on_url(self, url: bytes) -> None:
         self._url += url

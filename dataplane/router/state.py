@@ -40,12 +40,12 @@ class ContractSet:
     def __init__(self, revision: int, contracts: Mapping[str, SamplingContract]) -> None:
         self.revision = revision
         self.contracts: Mapping[str, SamplingContract] = MappingProxyType(dict(contracts))
-        self._compiled: Mapping[str, CompiledContract] = MappingProxyType(
-            {
-                scope: compile_contract(contract, scope=scope, revision=revision)
-                for scope, contract in contracts.items()
-            }
-        )
+        # A plain dict (private, never mutated): compiled (scripts/build_mypyc.sh), ``get`` on
+        # a MappingProxyType is a generic method call per request.
+        self._compiled: dict[str, CompiledContract] = {
+            scope: compile_contract(contract, scope=scope, revision=revision)
+            for scope, contract in contracts.items()
+        }
         self._fleet = self._compiled.get(FLEET_SCOPE)
         # Sent on every judged answer (SPEC §5), built once per snapshot.
         self.revision_headers: list[tuple[bytes, bytes]] = [(b"x-contract-revision", b"%d" % revision)]

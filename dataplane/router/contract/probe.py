@@ -108,7 +108,7 @@ class _Seen(threading.local):
         self.values: dict[type, object] = {}
 
 
-_seen = _Seen()
+_seen: Final = _Seen()
 _MARKERS: Final[dict[type, object]] = {t: t() for t in _ROUTING_NAMES}
 
 

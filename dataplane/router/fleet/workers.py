@@ -219,7 +219,7 @@ class Worker:
 class WorkerSet:
     """An immutable index of the live workers by model."""
 
-    __slots__ = ("by_model", "by_url", "models", "sole_model", "workers")
+    __slots__ = ("_groups", "by_model", "by_url", "models", "sole_model", "workers")
 
     def __init__(self, workers: Iterable[Worker] = ()) -> None:
         self.workers: tuple[Worker, ...] = tuple(workers)
@@ -228,12 +228,17 @@ class WorkerSet:
         for w in self.workers:
             for m in w.models:
                 index.setdefault(m, []).append(w)
-        self.by_model: Mapping[str, tuple[Worker, ...]] = MappingProxyType(
-            {m: tuple(ws) for m, ws in index.items()}
-        )
+        # ``group`` reads the plain dict: compiled (scripts/build_mypyc.sh), ``get`` on the
+        # read-only view is a generic method call per request.
+        self._groups: dict[str, tuple[Worker, ...]] = {m: tuple(ws) for m, ws in index.items()}
+        self.by_model: Mapping[str, tuple[Worker, ...]] = MappingProxyType(self._groups)
         self.models: tuple[str, ...] = tuple(sorted(index))
         # A request without ``model`` can only be routed when the fleet serves one model.
         self.sole_model: str | None = self.models[0] if len(self.models) == 1 else None
+
+    def group(self, model: str) -> tuple[Worker, ...] | None:
+        """The workers serving ``model`` (``by_model.get``), None if none does."""
+        return self._groups.get(model)
 
     def healthy_models(self) -> list[str]:
         """Models served by at least one healthy worker (``GET /v1/models``)."""

@@ -16,7 +16,7 @@ base class's: ``forwarder.Forwarder``.
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from time import perf_counter
+from time import perf_counter as _perf_counter
 from typing import Any, Final
 
 from dataplane.errors import (
@@ -44,6 +44,10 @@ from dataplane.router.metrics import RouterMetrics, RouteStats
 from dataplane.router.path.endpoints import Endpoints
 from dataplane.router.path.forwarder import Forwarder, ProxyConfig, forwarded_headers
 from dataplane.router.state import RouterState
+
+# Bound as a Final: compiled (scripts/build_mypyc.sh), an imported name is a lookup in the
+# module's globals at every call.
+perf_counter: Final = _perf_counter
 
 _MAX_MODEL_IN_MESSAGE: Final = 200
 _MAX_ROUTES: Final = 1024
@@ -246,7 +250,7 @@ class Proxy(Forwarder):
             model = workers.sole_model
             if model is None:
                 raise BadRequest("model is required: this router serves several models")
-        group = workers.by_model.get(model)
+        group = workers.group(model)
         if group is None:
             shown = model if len(model) <= _MAX_MODEL_IN_MESSAGE else model[:_MAX_MODEL_IN_MESSAGE] + "…"
             raise ModelNotFound(f"no worker serves the model '{shown}'")
