@@ -12,7 +12,9 @@ flag, the value and what is allowed), not argparse's usage block.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
+import signal
 import sys
 import weakref
 from collections.abc import Mapping, Sequence
@@ -23,6 +25,9 @@ ENV_PREFIX = "FLEETPLANE_"
 SECRET_OPTIONS = frozenset({"--token", "--worker-api-key", "--api-key"})
 # ``--log-level`` of every process (router, control plane, engine-sim, up): names -> logging levels.
 LOG_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+# A parent that must outlive its children names itself here (``die_with_parent``).
+PARENT_PID_ENV = ENV_PREFIX + "PARENT_PID"
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Actions whose default came from the environment, and actions whose help is already final (an
 # action's parser copies it onto a subcommand's parser with the default shown, see ``help_text``).
 _FROM_ENV: weakref.WeakSet[argparse.Action] = weakref.WeakSet()
@@ -51,6 +56,29 @@ def read_key(flag: str, key: str | None, file_flag: str, key_file: str | None) -
         source = f"{file_flag} {key_file!r}" if key_file is not None else flag
         raise ValueError(f"{source}: must be one key, printable ASCII without spaces")
     return key
+
+
+def die_with_parent() -> None:
+    """SIGTERM this process when the parent named in ``FLEETPLANE_PARENT_PID`` dies, even by
+    SIGKILL (Linux's ``PR_SET_PDEATHSIG``): ``fleetplane up`` and the router's supervisor start
+    their children so (SPEC §1: no orphan process). Each process's ``main`` calls it first.
+
+    Armed here, after exec, not by a ``preexec_fn`` between fork and exec: a ``preexec_fn``
+    makes ``subprocess`` fork() a parent that runs gRPC, and gRPC's fork handlers can abort the
+    child before it runs a line (SIGABRT, "epoll_wait error: Bad file descriptor",
+    grpc/grpc#43055). Without one, ``subprocess`` uses vfork and exec: no fork handler runs.
+    The variable is removed, so the processes this one starts do not inherit it.
+    """
+    raw = os.environ.pop(PARENT_PID_ENV, None)
+    if raw is None or not raw.isdigit():
+        return
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: SIGTERM/Ctrl-C of the parent still stop it
+        return
+    prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+    if os.getppid() != int(raw):  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def env_name(option: str) -> str:

@@ -8,6 +8,9 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from controlplane.envflags import die_with_parent
+
+    die_with_parent()
     from dataplane.errors import SettingsError
     from dataplane.router.logs import configure_logging
     from dataplane.router.settings import build_parser, settings_from_args

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import shtab
 
-from controlplane.envflags import EnvArgumentParser
+from controlplane.envflags import EnvArgumentParser, die_with_parent
 
 # Subcommand -> module with ``add_arguments(parser)`` and ``run(args) -> int``.
 LOCAL_COMMANDS: dict[str, tuple[str, str]] = {
@@ -40,6 +40,7 @@ INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports it
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    die_with_parent()
     # Ctrl-C must stop `loads --watch` and a waiting `workers add` however we were started: a
     # shell starts background jobs (`cmd &`, and what they start) with SIGINT ignored, which a
     # child inherits, and Python then leaves it ignored instead of raising KeyboardInterrupt.

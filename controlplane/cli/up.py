@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import re
@@ -29,14 +28,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 
 from controlplane.cli.summary import FleetSampler, LiveSummary, StatusLine
-from controlplane.envflags import ENV_PREFIX
+from controlplane.envflags import ENV_PREFIX, PARENT_PID_ENV
 from controlplane.errors import StartupError
 from controlplane.v1 import contract_pb2, contract_pb2_grpc, load_pb2, load_pb2_grpc
 
@@ -80,39 +79,15 @@ def _port(text: str) -> int:
     return value
 
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def _die_with_parent(parent_pid: int) -> Callable[[], None]:
-    """In the child before exec (Linux): SIGTERM when ``up`` dies, even by SIGKILL.
-
-    Without it a killed ``up`` leaves the fleet running, holding the ports and the store's
-    lock, and the next ``up`` on the same workdir cannot start (SPEC §1: no orphan process).
-    """
-
-    # Resolved here, in the parent: the child between fork and exec should do as little as can be.
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # not Linux: Ctrl-C/SIGTERM still stop the fleet
-        prctl = None
-    term = int(signal.SIGTERM)
-
-    def arm() -> None:
-        if prctl is None:
-            return
-        prctl(PR_SET_PDEATHSIG, term)
-        if os.getppid() != parent_pid:  # up died before prctl took effect
-            os.kill(os.getpid(), term)
-
-    return arm
-
-
 def _child_environment() -> dict[str, str]:
     """The children's environment: ours without FLEETPLANE_* variables. ``up`` passes every
     flag a child needs explicitly; a FLEETPLANE_WORKER or FLEETPLANE_AUTH_TOKENS left in the
     operator's shell must not reconfigure (or break) the fleet it starts (SPEC §1)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     env["PYTHONUNBUFFERED"] = "1"
+    # Without it a killed ``up`` leaves the fleet running, holding the ports and the store's
+    # lock, and the next ``up`` on the same workdir cannot start (SPEC §1: no orphan process).
+    env[PARENT_PID_ENV] = str(os.getpid())
     return env
 
 
@@ -154,7 +129,6 @@ class Fleet:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 env=_child_environment(),
-                preexec_fn=_die_with_parent(os.getpid()),
             )
         return Child(name, argv, proc, log, offset)
 

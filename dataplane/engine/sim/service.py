@@ -21,6 +21,7 @@ from typing import Any
 
 import structlog
 
+from controlplane.envflags import die_with_parent
 from dataplane.engine.endpoints import describe_kv_events
 from dataplane.engine.kv_events import KvEventsPublisher
 from dataplane.engine.publisher import PublisherBindError
@@ -176,6 +177,7 @@ async def _run(settings: SimSettings, server: Any, ranks: list[SimRank]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    die_with_parent()
     try:
         settings = parse_settings(argv)
         model_path, own_dir = prepare_model_dir(settings)

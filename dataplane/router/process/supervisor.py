@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
@@ -45,13 +44,13 @@ from dataclasses import dataclass
 
 import structlog
 
+from controlplane.envflags import PARENT_PID_ENV
 from dataplane.router.process.journal import COUNTS_FILE_ENV
 from dataplane.router.process.metrics import METRICS_DIR_ENV, METRICS_SLOT_ENV
 
 log = structlog.get_logger(__name__)
 
 REUSE_PORT_ENV = "FLEETPLANE_ROUTER_REUSE_PORT"
-_PR_SET_PDEATHSIG = 1
 STARTUP_ERROR_EXIT = 2  # the router's exit code for a startup error (one line on stderr)
 
 
@@ -110,18 +109,6 @@ def slot_router_id(router_id: str, slot: int) -> str:
     return f"{router_id}/{slot}"
 
 
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: ask the kernel for SIGTERM when the supervisor
-    # dies, and cover the race where it already died.
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() == 1:
-        os._exit(0)
-
-
 class Supervisor:
     """Runs and supervises the children until a stop signal; then drains them."""
 
@@ -170,6 +157,7 @@ class Supervisor:
         env = dict(os.environ)
         env[REUSE_PORT_ENV] = "1"
         env.pop("FLEETPLANE_PROCESSES", None)
+        env[PARENT_PID_ENV] = str(os.getpid())  # the child dies with us (envflags.die_with_parent)
         argv = self._argv
         if self._router_id is not None:
             argv = [*argv, "--router-id", slot_router_id(self._router_id, slot)]
@@ -179,9 +167,7 @@ class Supervisor:
             # Each child serves its metrics to its siblings there (process/metrics.py).
             env[METRICS_DIR_ENV] = self._journal_dir
             env[METRICS_SLOT_ENV] = str(slot)
-        return await asyncio.create_subprocess_exec(
-            *argv, env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
-        )
+        return await asyncio.create_subprocess_exec(*argv, env=env, stdin=subprocess.DEVNULL)
 
     async def _keep(self, slot: int) -> None:
         """Keep one child slot filled until stopping, then drain it."""

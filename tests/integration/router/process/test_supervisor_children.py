@@ -13,9 +13,11 @@ from tests.fakes.engine_sim import wait_until
 from tests.fakes.process import ROOT
 
 # A child that records its PID, exits 3 on its first run (a crash), and on SIGTERM "drains"
-# for 0.3 s then exits 0.
+# for 0.3 s then exits 0. Like the router's main, it first follows its parent (die_with_parent).
 CHILD = r"""
 import os, signal, sys, time
+from controlplane.envflags import die_with_parent
+die_with_parent()
 d = sys.argv[1]
 runs = len(os.listdir(d))
 open(os.path.join(d, str(os.getpid())), "w").close()
