@@ -16,11 +16,15 @@ from tests.fakes.router import RouterProcess
 @pytest.mark.parametrize("worker_h2c", [False, True], ids=["h1-worker", "h2c-worker"])
 def test_sse_events_arrive_as_they_are_produced(worker_h2c: bool) -> None:
     """At 10 tokens/s, 6 tokens: the first event comes in well under the stream's length, the
-    events are spread over it, and the answer carries x-contract-revision."""
+    events are spread over it, and the answer carries x-contract-revision. Timed on connections
+    already open (client to router, router to worker: one 1-token answer first), so the clock
+    measures the relaying of events, not connection set-up on a busy machine."""
     flags = ["--model", MODEL, "--decode-tokens-per-s", "10"] + (["--http2"] if worker_h2c else [])
     with EngineSim(*flags) as sim, RouterProcess("--worker", sim.url) as router:
         for client_h2c in (False, True):
             with httpx2.Client(http1=not client_h2c, http2=client_h2c, base_url=router.url, timeout=20) as c:
+                warm = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 1}
+                assert c.post("/v1/chat/completions", json=warm).status_code == 200
                 started = time.monotonic()
                 arrivals: list[float] = []
                 body = {
