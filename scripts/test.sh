@@ -11,4 +11,8 @@ export FLEETPLANE_FORM=plain
 ./scripts/install_promtool.sh
 ./scripts/install_chromium.sh
 # --durations=25: every run lists its 25 slowest tests, so a test that grows slow is seen.
-exec .venv/bin/python -m pytest --durations=25 "$@"
+# -n 2 --dist loadfile: two workers (pytest-xdist), each test file whole on one of them, the few
+# that share .venv's installed state as one unit (tests/conftest.py). Most of the suite waits on
+# the processes it starts, so two files at a time take well under the serial time on two cores.
+# -n 0 (given after these) runs the suite in this one process.
+exec .venv/bin/python -m pytest -n 2 --dist loadfile --durations=25 "$@"

@@ -5,12 +5,13 @@
 # e2e core: h1, h2c, streaming, contract). FLEETPLANE_FORM=compiled: dataplane refuses to import
 # unless every hot module is its current .so (dataplane/form.py), and the e2e tests' routers
 # inherit it. The build stays: it is the form `fleetplane up` runs; scripts/test.sh tests the
-# plain form beside it (the reference). ≈ 3 min on 2 cores. Extra arguments go to pytest.
+# plain form beside it (the reference). ≈ 3 min on 2 cores, the build included. Two workers, each
+# file whole on one (as scripts/test.sh, tests/conftest.py). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install_oracle.sh
 ./scripts/build_mypyc.sh
-FLEETPLANE_FORM=compiled .venv/bin/python -m pytest -p no:cacheprovider "$@" \
+FLEETPLANE_FORM=compiled .venv/bin/python -m pytest -p no:cacheprovider -n 2 --dist loadfile "$@" \
   tests/unit/test_compiled_form.py tests/unit/http tests/unit/router \
   tests/integration/http \
   tests/e2e/router/test_forwarding.py tests/e2e/router/test_h2c.py tests/e2e/router/test_streaming.py \
