@@ -10,30 +10,53 @@ peer's decoder.
 
 from __future__ import annotations
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
-    range(10)
-)
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
+from typing import Final
+
+# ``Final``: compiled (scripts/build_mypyc.sh), a Final int is a constant in every module that
+# imports it; any other module global is a dictionary lookup at each use.
+PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+# Frame types (RFC 9113 §6).
+DATA: Final = 0
+HEADERS: Final = 1
+PRIORITY: Final = 2
+RST_STREAM: Final = 3
+SETTINGS: Final = 4
+PUSH_PROMISE: Final = 5
+PING: Final = 6
+GOAWAY: Final = 7
+WINDOW_UPDATE: Final = 8
+CONTINUATION: Final = 9
+# Flags.
+END_STREAM: Final = 0x1
+ACK: Final = 0x1
+END_HEADERS: Final = 0x4
+PADDED: Final = 0x8
+PRIORITY_FLAG: Final = 0x20
 # Error codes (RFC 9113 §7).
-NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL = 0, 1, 3, 6, 7, 8
-INTERNAL_ERROR, STREAM_CLOSED, COMPRESSION_ERROR, ENHANCE_YOUR_CALM = 2, 5, 9, 11
+NO_ERROR: Final = 0
+PROTOCOL_ERROR: Final = 1
+INTERNAL_ERROR: Final = 2
+FLOW_CONTROL_ERROR: Final = 3
+STREAM_CLOSED: Final = 5
+FRAME_SIZE_ERROR: Final = 6
+REFUSED_STREAM: Final = 7
+CANCEL: Final = 8
+COMPRESSION_ERROR: Final = 9
+ENHANCE_YOUR_CALM: Final = 11
 # SETTINGS identifiers (§6.5.2).
-S_HEADER_TABLE_SIZE, S_ENABLE_PUSH, S_MAX_CONCURRENT_STREAMS, S_INITIAL_WINDOW_SIZE, S_MAX_FRAME_SIZE = (
-    1,
-    2,
-    3,
-    4,
-    5,
-)
-S_MAX_HEADER_LIST_SIZE = 6
-MAX_WINDOW = 2**31 - 1
-DEFAULT_WINDOW = 65535
-MAX_STREAM_ID = 2**31 - 1
-RECV_FRAME_SIZE = 1 << 16
+S_HEADER_TABLE_SIZE: Final = 1
+S_ENABLE_PUSH: Final = 2
+S_MAX_CONCURRENT_STREAMS: Final = 3
+S_INITIAL_WINDOW_SIZE: Final = 4
+S_MAX_FRAME_SIZE: Final = 5
+S_MAX_HEADER_LIST_SIZE: Final = 6
+MAX_WINDOW: Final = 2**31 - 1
+DEFAULT_WINDOW: Final = 65535
+MAX_STREAM_ID: Final = 2**31 - 1
+RECV_FRAME_SIZE: Final = 1 << 16
 
 # RFC 7541 Appendix A: static-table indices of names we send often.
-STATIC_INDEX = {
+STATIC_INDEX: Final[dict[bytes, int]] = {
     b":authority": 1,
     b":path": 4,
     b"accept-charset": 15,
@@ -49,9 +72,9 @@ STATIC_INDEX = {
     b"user-agent": 58,
 }
 # Prefix of "literal without indexing, indexed name" (RFC 7541 §6.2.2: 4-bit index prefix).
-STATIC_NAMES: dict[bytes, bytes] = {}
-METHOD_FIELDS = {b"GET": b"\x82", b"POST": b"\x83"}  # fully indexed :method (static 2, 3)
-SCHEME_HTTP = b"\x86"  # :scheme: http (static 6)
+STATIC_NAMES: Final[dict[bytes, bytes]] = {}
+METHOD_FIELDS: Final = {b"GET": b"\x82", b"POST": b"\x83"}  # fully indexed :method (static 2, 3)
+SCHEME_HTTP: Final = b"\x86"  # :scheme: http (static 6)
 
 
 class H2ProtocolError(Exception):
@@ -81,6 +104,11 @@ def header_block(stream_id: int, flags: int, payload: bytes) -> bytes:
     return payload[start:stop]
 
 
+# ``bytes((n,))`` for every octet: an index instead of building a tuple and calling ``bytes``
+# (compiled, the call is a generic one), for the one-octet lengths of short string literals.
+OCTETS: Final[tuple[bytes, ...]] = tuple(bytes((n,)) for n in range(256))
+
+
 def hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
     """HPACK integer (RFC 7541 §5.1) with ``first`` holding the representation's flag bits."""
     limit = (1 << prefix_bits) - 1
@@ -98,11 +126,11 @@ def hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
 def hpack_str(value: bytes) -> bytes:
     """HPACK string literal, not Huffman-coded (RFC 7541 §5.2)."""
     n = len(value)
-    return (bytes((n,)) if n < 127 else hpack_int(n, 7, 0)) + value
+    return (OCTETS[n] if n < 127 else hpack_int(n, 7, 0)) + value
 
 
 STATIC_NAMES.update({name: hpack_int(index, 4, 0) for name, index in STATIC_INDEX.items()})
-CONTENT_LENGTH_FIELD = STATIC_NAMES[b"content-length"]
+CONTENT_LENGTH_FIELD: Final = STATIC_NAMES[b"content-length"]
 
 
 def encode_field(name: bytes, value: bytes) -> bytes:
@@ -115,5 +143,6 @@ def encode_field(name: bytes, value: bytes) -> bytes:
 
 def frame(kind: int, flags: int, stream_id: int, payload: bytes | memoryview = b"") -> bytes:
     """One frame: 9-byte header (RFC 9113 §4.1) + payload (copied once, from a view too)."""
-    n = len(payload)
-    return bytes((n >> 16, (n >> 8) & 0xFF, n & 0xFF, kind, flags)) + stream_id.to_bytes(4, "big") + payload
+    # The header as one 72-bit integer: length << 48 | type << 40 | flags << 32 | stream id.
+    head = (len(payload) << 48) | (kind << 40) | (flags << 32) | stream_id
+    return head.to_bytes(9, "big") + payload

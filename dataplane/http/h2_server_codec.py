@@ -53,6 +53,7 @@ from dataplane.http.h2_frames import (
     HEADERS,
     MAX_STREAM_ID,
     MAX_WINDOW,
+    OCTETS,
     PADDED,
     PING,
     PREFACE,
@@ -80,6 +81,11 @@ from dataplane.http.h2_hpack import Decoder, HpackError
 
 # One list of connection-specific fields (RFC 9113 §8.2.2) for both encoders of an h2 answer.
 from dataplane.http.wire import _H2_DROPPED, H2_STATUS, Headers
+
+# A frame header (RFC 9113 §4.1) as one 72-bit integer: length << 48 | type << 40 | flags << 32 |
+# stream id; here the type and flags of the two frames of ``ServerCodec.answer``.
+_HEADERS_END_HEADERS: Final = (HEADERS << 40) | (END_HEADERS << 32)
+_DATA_END_STREAM: Final = (DATA << 40) | (END_STREAM << 32)
 
 # Streams we reset whose late frames are still ignored (§5.4.2); the oldest are forgotten first.
 _RESET_MEMORY: Final = 1024
@@ -121,10 +127,45 @@ _STATUS_INDEXED: Final[dict[int, bytes]] = {
 }
 
 
+# Encoded blocks of answers seen before, by (status, fields): a worker answers with the same
+# few header lists over and over (only content-length varies, and it is encoded apart). The
+# block is a pure function of its key (no encoder state), so a hit is the same bytes. Bounded:
+# small blocks only, and the table starts over once full (a worker whose headers always vary
+# pays one tuple and one failed lookup per answer, and keeps no memory).
+_BLOCKS: Final[dict[tuple[int, tuple[tuple[bytes, bytes], ...]], bytes]] = {}
+_BLOCKS_MAX: Final = 256
+_BLOCK_CACHED_MAX: Final = 1024  # octets
+# ``content-length: N`` fields by N (bodies of a few sizes repeat), bounded the same way.
+_LENGTHS: Final[dict[int, bytes]] = {}
+_LENGTHS_MAX: Final = 1024
+
+
 def encode_response(status: int, headers: Headers, content_length: int | None) -> bytes:
     """The HPACK block of an answer (RFC 7541 §6.1, §6.2.2): ``:status``, the fields that are not
     connection-specific (RFC 9113 §8.2.2), then ``content-length`` if given. No encoder state.
     Raises ``ValueError`` for an impossible status (before anything is sent)."""
+    key = (status, tuple(headers))
+    block = _BLOCKS.get(key)
+    if block is None:
+        block = _encode_fields(status, headers)
+        if len(block) <= _BLOCK_CACHED_MAX:
+            if len(_BLOCKS) >= _BLOCKS_MAX:
+                _BLOCKS.clear()
+            _BLOCKS[key] = block
+    if content_length is None:
+        return block
+    field = _LENGTHS.get(content_length)
+    if field is None:
+        digits = b"%d" % content_length
+        field = _CONTENT_LENGTH + OCTETS[len(digits)] + digits
+        if len(_LENGTHS) >= _LENGTHS_MAX:
+            _LENGTHS.clear()
+        _LENGTHS[content_length] = field
+    return block + field
+
+
+def _encode_fields(status: int, headers: Headers) -> bytes:
+    """``encode_response`` without content-length, uncached."""
     first = _STATUS_INDEXED.get(status)
     if first is None:
         code = H2_STATUS.get(status)
@@ -142,16 +183,13 @@ def encode_response(status: int, headers: Headers, content_length: int | None) -
         prefix = names.get(name)
         n = len(value)
         # String literals (RFC 7541 §5.2), their one-octet length inline when below 127.
-        literal = bytes((n,)) + value if n < 127 else hpack_str(value)
+        literal = OCTETS[n] + value if n < 127 else hpack_str(value)
         if prefix is not None:
             parts.append(prefix + literal)
         elif len(name) < 127:
-            parts.append(b"\x00" + bytes((len(name),)) + name + literal)
+            parts.append(b"\x00" + OCTETS[len(name)] + name + literal)
         else:
             parts.append(b"\x00" + hpack_str(name) + literal)
-    if content_length is not None:
-        digits = b"%d" % content_length
-        parts.append(_CONTENT_LENGTH + bytes((len(digits),)) + digits)
     return b"".join(parts)
 
 
@@ -621,16 +659,15 @@ class ServerCodec:
             return False
         stream.send -= n
         self.conn_send_window -= n
+        # Each frame header (RFC 9113 §4.1: length, type, flags, stream id) as one integer: one
+        # conversion each, no tuple of small ints.
         m = len(block)
-        sid_bytes = sid.to_bytes(4, "big")
         self.out.append(
             b"".join(
                 (
-                    bytes((m >> 16, (m >> 8) & 0xFF, m & 0xFF, HEADERS, END_HEADERS)),
-                    sid_bytes,
+                    ((m << 48) | _HEADERS_END_HEADERS | sid).to_bytes(9, "big"),
                     block,
-                    bytes((n >> 16, (n >> 8) & 0xFF, n & 0xFF, DATA, END_STREAM)),
-                    sid_bytes,
+                    ((n << 48) | _DATA_END_STREAM | sid).to_bytes(9, "big"),
                     body,
                 )
             )
@@ -649,11 +686,8 @@ class ServerCodec:
         n = len(data)
         stream.send -= n
         self.conn_send_window -= n
-        self.out.append(
-            bytes((n >> 16, (n >> 8) & 0xFF, n & 0xFF, DATA, END_STREAM if end_stream else 0))
-            + sid.to_bytes(4, "big")
-            + data
-        )
+        head = (n << 48) | (_DATA_END_STREAM if end_stream else 0) | sid
+        self.out.append(head.to_bytes(9, "big") + data)
         if end_stream:
             self._local_end(sid)
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 
-from dataplane.http.backpressure import WriteBackpressure
 from dataplane.http.context import ServerContext
-from dataplane.http.h2_server_codec import ServerCodec, StreamClosed
-from dataplane.http.http2_responder import H2Responder
+from dataplane.http.h2_server_codec import StreamClosed
+from dataplane.http.http2_responder import H2Responder, StreamHost
 
 
-class Http2Output(WriteBackpressure):
+class Http2Output(StreamHost):
     """Base of ``Http2Connection``: sending answers, stream completion, flushing, closing.
 
     A base class rather than an object of its own: the responders and the event handlers call
@@ -25,7 +24,6 @@ class Http2Output(WriteBackpressure):
 
     # Set by ``Http2Connection.__init__`` (as ``WriteBackpressure`` declares what it uses).
     _ctx: ServerContext
-    codec: ServerCodec
     transport: asyncio.Transport | None
     _streams: dict[int, H2Responder]
     _blocked: dict[int, H2Responder]  # answers waiting for window

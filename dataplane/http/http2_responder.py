@@ -5,49 +5,51 @@ within the peer's flow-control windows by the connection (see ``http2``).
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from typing import Final
 
+from dataplane.http.backpressure import WriteBackpressure
 from dataplane.http.h2_frames import INTERNAL_ERROR
 from dataplane.http.h2_server_codec import ServerCodec, StreamClosed, encode_response
-from dataplane.http.limits import ServerLimits
 from dataplane.http.request import ClientDisconnected, Responder
 from dataplane.http.wire import Headers, body_allowed
 
-NEW, STREAMING, DONE = 0, 1, 2
+# The answer's state (``Final``: compiled, constants rather than global lookups).
+NEW: Final = 0
+STREAMING: Final = 1
+DONE: Final = 2
 
 
-class StreamHost(Protocol):
+class StreamHost(WriteBackpressure):
     """What a stream's answer needs from its connection (``http2.Http2Connection``, whose
-    sending half is ``http2_output.Http2Output``): the codec, sending within the flow-control
-    windows, and the write backpressure of the socket."""
+    sending half ``http2_output.Http2Output`` implements this): the codec, sending within the
+    flow-control windows, and the write backpressure of the socket (``WriteBackpressure``).
 
-    lost: bool
-    write_paused: bool
-    loop: asyncio.AbstractEventLoop
-    limits: ServerLimits
+    A base class rather than a Protocol: compiled (scripts/build_mypyc.sh), a Protocol-typed
+    reference makes every attribute read and call a generic lookup by name; through a native
+    base class they are field reads and vtable calls.
+    """
+
     codec: ServerCodec
 
     def send_body(self, resp: H2Responder, data: bytes, end: bool) -> None:
         """DATA for ``resp`` within the windows; the rest waits for WINDOW_UPDATE."""
-        ...
+        raise NotImplementedError
 
     def stream_done(self, resp: H2Responder) -> None:
         """``resp`` is complete (its END_STREAM is out or queued)."""
-        ...
+        raise NotImplementedError
 
     def sent_whole(self, resp: H2Responder) -> None:
         """``resp``'s answer went out whole (``ServerCodec.answer``): one DATA frame, complete."""
-        ...
+        raise NotImplementedError
 
     def on_reset(self, sid: int) -> None:
         """Stream ``sid`` is gone (reset by either side)."""
-        ...
+        raise NotImplementedError
 
     def schedule_flush(self) -> None:
         """Send what the codec has queued, once per loop iteration."""
-        ...
-
-    async def wait_writable(self) -> None: ...
+        raise NotImplementedError
 
 
 class H2Responder(Responder):

@@ -30,7 +30,7 @@ from dataplane.router.admission import Admission, Slot
 from dataplane.router.balancer import Balancer
 from dataplane.router.body import RequestBody
 from dataplane.router.fleet.workers import Worker
-from dataplane.router.headers import Headers, end_to_end, without_control_chars
+from dataplane.router.headers import Headers, end_to_end
 from dataplane.router.metrics import (
     CLIENT_GONE,
     OK,
@@ -46,11 +46,11 @@ from dataplane.router.upstream.h2c.pool import H2Pool
 
 def forwarded_headers(request: Request, judged: bool) -> Headers:
     """The request's headers as a worker gets them (``headers.end_to_end``; a judged body that
-    is content-coded is refused there, before admission, SPEC §5.1)."""
-    headers = end_to_end(request.headers, judged=judged)
-    if request.http2:
-        headers = without_control_chars(headers)
-    return headers
+    is content-coded is refused there, before admission, SPEC §5.1). A request that came over
+    h2 holds no field with CR, LF or NUL in its name or value (one that could smuggle a header
+    line to an HTTP/1.1 worker): the h2 front door answers it 400 as malformed before any
+    handler sees it (``h2_fields``, RFC 9113 §8.2.1), so nothing is filtered here."""
+    return end_to_end(request.headers, judged=judged)
 
 
 @dataclass(frozen=True, slots=True)

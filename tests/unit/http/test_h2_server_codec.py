@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dataplane.http import h2_server_codec
 from dataplane.http.h2_frames import (
     COMPRESSION_ERROR,
     ENHANCE_YOUR_CALM,
@@ -20,6 +21,7 @@ from dataplane.http.h2_frames import (
     REFUSED_STREAM,
     STREAM_CLOSED,
     H2ProtocolError,
+    frame,
 )
 from dataplane.http.h2_server_codec import ServerCodec, StreamClosed, encode_response
 
@@ -456,6 +458,32 @@ def test_answer_encoding() -> None:
     assert decode(encode_response(299, [], None), raw=True) == [(b":status", b"299")]
     with pytest.raises(ValueError):
         encode_response(1000, [], None)
+
+
+def test_repeated_answer_headers_encode_the_same_and_the_cache_stays_bounded() -> None:
+    """A header list answered again (encoded blocks are cached) gives the same fields, each
+    answer with its own content-length; ever new lists never hold more than the bound."""
+    decode = hpack.Decoder().decode
+    headers = [(b"content-type", b"application/json"), (b"x-sim", b"a")]
+    for length in (5, 5, 1234, None, 0):
+        fields = decode(encode_response(200, list(headers), length), raw=True)
+        assert fields == [(b":status", b"200"), *headers] + (
+            [(b"content-length", b"%d" % length)] if length is not None else []
+        )
+    assert decode(encode_response(404, list(headers), 1), raw=True)[0] == (b":status", b"404")
+    for i in range(2000):
+        fields = decode(encode_response(200, [(b"x-request-id", b"%d" % i)], i), raw=True)
+        assert fields == [(b":status", b"200"), (b"x-request-id", b"%d" % i), (b"content-length", b"%d" % i)]
+    assert len(h2_server_codec._BLOCKS) <= h2_server_codec._BLOCKS_MAX
+    assert len(h2_server_codec._LENGTHS) <= h2_server_codec._LENGTHS_MAX
+
+
+def test_frame_headers_carry_any_length_and_stream_id() -> None:
+    """The 9-octet frame header (RFC 9113 §4.1) for lengths up to 2^24-1 and stream ids up to 2^31-1."""
+    for n, sid in ((0, 1), (16383, 3), (16384, 2**31 - 1), (70000, 2**30 + 1), (2**24 - 1, 5)):
+        data = frame(0, 1, sid, b"x" * n)
+        assert data[:9] == n.to_bytes(3, "big") + bytes((0, 1)) + sid.to_bytes(4, "big")
+        assert len(data) == 9 + n
 
 
 _frame_st = st.builds(

@@ -33,13 +33,13 @@ from dataplane.router.body import RequestBody
 from dataplane.router.upstream.base import UpstreamTimeouts
 from dataplane.router.upstream.deadlines import Deadlines
 from dataplane.router.upstream.h2c.codec import ClientCodec
-from dataplane.router.upstream.h2c.stream import H2Stream, parse_head
+from dataplane.router.upstream.h2c.stream import H2Stream, StreamOwner, parse_head
 
 DEFAULT_STREAM_WINDOW = 4 * 1024 * 1024
 DEFAULT_MAX_STREAMS = 256
 
 
-class H2Connection(asyncio.Protocol):
+class H2Connection(StreamOwner):
     """One h2c connection: the codec fed by asyncio callbacks; implements ``CodecListener``."""
 
     def __init__(

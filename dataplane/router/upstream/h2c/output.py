@@ -40,7 +40,7 @@ from dataplane.router.body import RequestBody, body_window
 
 def _data_header(size: int, flags: int) -> bytes:
     """Length, type and flags of a DATA frame header (RFC 9113 §4.1); the stream id follows."""
-    return bytes((size >> 16, (size >> 8) & 0xFF, size & 0xFF, DATA, flags))
+    return ((size << 16) | (DATA << 8) | flags).to_bytes(5, "big")
 
 
 class _Windows:
@@ -156,10 +156,12 @@ class CodecOutput:
         self._windows[stream_id].send -= n
         self.conn_send_window -= n
         flags = END_STREAM if end_stream else 0
-        sid = stream_id.to_bytes(4, "big")
         limit = self.peer_max_frame
         if n <= limit:
-            return b"".join((prefix, _data_header(n, flags), sid, body_window(body, start, stop)))
+            # The frame header as one integer: length << 48 | DATA << 40 | flags << 32 | stream id.
+            head = ((n << 48) | (DATA << 40) | (flags << 32) | stream_id).to_bytes(9, "big")
+            return b"".join((prefix, head, body_window(body, start, stop)))
+        sid = stream_id.to_bytes(4, "big")
         out = bytearray(len(prefix) + n + 9 * -(-n // limit))
         out[: len(prefix)] = prefix
         pos = len(prefix)

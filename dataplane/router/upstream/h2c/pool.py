@@ -25,12 +25,12 @@ from dataplane.errors import RouterError, UpstreamTimeout, UpstreamUnreachable
 from dataplane.router.body import RequestBody
 from dataplane.router.upstream.base import ResponseListener, UpstreamTimeouts
 from dataplane.router.upstream.h2c.connection import DEFAULT_MAX_STREAMS, DEFAULT_STREAM_WINDOW, H2Connection
-from dataplane.router.upstream.h2c.stream import H2Stream
+from dataplane.router.upstream.h2c.stream import H2Stream, Retrier
 
 __all__ = ["H2Connection", "H2Pool", "H2Stream"]
 
 
-class H2Pool:
+class H2Pool(Retrier):
     """The h2c connections to one worker (implements the router's ``UpstreamPool``)."""
 
     protocol = "h2c"

@@ -18,14 +18,13 @@ Two ways to learn of the head: ``await response_started()`` (the request's task)
 of the read that carried the head (so ``buffered_body()`` sees a body that came with it), or at
 once when the stream fails outside a read (timeout, hung worker, connection lost). A stream the
 worker refused unprocessed (REFUSED_STREAM, GOAWAY: RFC 9113 §8.7) is not the listener's
-failure: the pool tries once more (``_Retrier``), as ``H2Pool.request`` does.
+failure: the pool tries once more (``Retrier``), as ``H2Pool.request`` does.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Protocol
 
 from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeout
 from dataplane.http.h2_frames import CANCEL
@@ -51,19 +50,35 @@ def parse_head(headers: list[tuple[bytes, bytes]]) -> tuple[int, list[tuple[byte
     return status, out
 
 
-class _Owner(Protocol):
+class StreamOwner(asyncio.Protocol):
+    """What a stream needs from its connection (``h2c.connection.H2Connection`` extends it).
+
+    A base class rather than a Protocol: compiled (scripts/build_mypyc.sh), a Protocol-typed
+    reference makes every attribute read and call a generic lookup by name; through a native
+    base class they are field reads and vtable calls.
+    """
+
     deadlines: Deadlines
 
-    def consumed(self, stream_id: int, nbytes: int) -> None: ...
-    # The real default, not ``...``: compiled (scripts/build_mypyc.sh), a default is a value.
-    def cancel(self, stream: H2Stream, code: int = CANCEL) -> None: ...
-    def notify(self, stream: H2Stream) -> None: ...
+    def consumed(self, stream_id: int, nbytes: int) -> None:
+        """The router's client took ``nbytes`` of the stream: return that credit."""
+        raise NotImplementedError
+
+    def cancel(self, stream: H2Stream, code: int = CANCEL) -> None:
+        """RST_STREAM(``code``) for a stream the router no longer wants."""
+        raise NotImplementedError
+
+    def notify(self, stream: H2Stream) -> None:
+        """A listened stream has news to deliver."""
+        raise NotImplementedError
 
 
-class _Retrier(Protocol):
-    """Tries a refused callback-driven stream's request once more (``h2c.pool.H2Pool``)."""
+class Retrier:
+    """Tries a refused callback-driven stream's request once more (``h2c.pool.H2Pool`` extends
+    it; a base class for the same reason as ``StreamOwner``)."""
 
-    def retry(self, refused: H2Stream, listener: ResponseListener) -> None: ...
+    def retry(self, refused: H2Stream, listener: ResponseListener) -> None:
+        raise NotImplementedError
 
 
 class H2Stream:
@@ -97,7 +112,7 @@ class H2Stream:
 
     def __init__(
         self,
-        conn: _Owner,
+        conn: StreamOwner,
         stream_id: int,
         body: RequestBody,
         deadline: float,
@@ -118,7 +133,7 @@ class H2Stream:
         self._error: RouterError | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._listener: ResponseListener | None = None  # told of the head instead of a waiter
-        self._retrier: _Retrier | None = None
+        self._retrier: Retrier | None = None
         self._successor: asyncio.Task[None] | None = None  # the retry of a refused listened stream
         # (method, path, headers) as sent, kept by a listened stream for its retry.
         self.request: tuple[bytes, bytes, list[tuple[bytes, bytes]]] | None = None
@@ -137,7 +152,7 @@ class H2Stream:
     def listen(
         self,
         listener: ResponseListener,
-        retrier: _Retrier,
+        retrier: Retrier,
         request: tuple[bytes, bytes, list[tuple[bytes, bytes]]],
     ) -> None:
         """Tell ``listener`` of the head or the failure instead of waking ``response_started``."""
