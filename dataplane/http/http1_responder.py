@@ -151,6 +151,40 @@ class H1Responder(Responder):
         if conn.write_paused:
             await conn.wait_writable()
 
+    @property
+    def sends_now(self) -> bool:
+        return True
+
+    def send(self, chunk: bytes) -> bool:
+        if self._state != STREAMING:
+            raise RuntimeError("send() needs start() first and no end()")
+        if self._disc:
+            raise ClientDisconnected
+        if not chunk or self._nobody:
+            return True
+        conn = self._conn
+        data = encode_chunk(chunk) if self._chunked else chunk  # one write per chunk, framing included
+        if conn.is_head(self):
+            transport = conn.transport
+            assert transport is not None
+            transport.write(data)
+            return not conn.write_paused
+        conn.emit(self, data)  # kept until the answers before it went out (RFC 9112 §9.3.2)
+        return False
+
+    async def writable(self) -> None:
+        conn = self._conn
+        if self._disc:
+            raise ClientDisconnected
+        if not conn.is_head(self):
+            await self._wait_head()
+        while conn.write_paused:
+            if self._disc or conn.lost:
+                raise ClientDisconnected
+            await conn.wait_writable()
+        if self._disc:
+            raise ClientDisconnected
+
     def end(self) -> None:
         if self._state == DONE:
             return

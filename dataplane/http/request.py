@@ -103,6 +103,25 @@ class Responder:
     def end(self) -> None:
         raise NotImplementedError
 
+    # Streaming from callbacks (``router.path.relay.StreamRelay``: no task, no await per chunk),
+    # where ``sends_now``: ``send`` writes at once and says whether more may follow at once;
+    # after False the caller stops its producer until ``writable()`` returns.
+    @property
+    def sends_now(self) -> bool:
+        """Whether ``send``/``writable`` are implemented (else stream with ``write``)."""
+        return False
+
+    def send(self, chunk: bytes) -> bool:
+        """Write ``chunk`` now, after ``start``, without waiting; False when the client is not
+        taking bytes (transport paused, or an earlier answer still going out): await
+        ``writable()`` before sending more. Raises ``ClientDisconnected``."""
+        raise NotImplementedError
+
+    async def writable(self) -> None:
+        """Return once the client takes bytes again (after ``send`` returned False); raises
+        ``ClientDisconnected`` (gone, or not reading for ``write_timeout_s``: connection killed)."""
+        raise NotImplementedError
+
     def abort(self) -> None:
         """Break the answer: HTTP/1.1 closes the connection, h2 resets the stream."""
         raise NotImplementedError

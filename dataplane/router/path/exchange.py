@@ -8,7 +8,9 @@ server; the rest happens in callbacks of this object:
 
 - ``on_response`` (the worker's head arrived, called from the upstream connection's
   ``data_received``): a complete answer is written to the client in one go and the request is
-  finished there; an answer still on its way (large, or SSE) is relayed by a task from then on
+  finished there; a streamed one (SSE, NDJSON) over HTTP/1.1 is relayed from the connection's
+  callbacks too (``relay.StreamRelay``); any other answer still on its way (large, or over h2c,
+  or to a client whose responder cannot ``send``) is relayed by a task from then on
   (``relay.relay_rest``), exactly as on the task path;
 - ``on_failure`` (timeout, worker dropped the connection before the head): the SPEC §5 error;
   ``UpstreamUnreachable`` (an h2c worker refused the stream on both tries, RFC 9113 §8.7:
@@ -36,7 +38,7 @@ from dataplane.router.body import RequestBody
 from dataplane.router.fleet.workers import Worker
 from dataplane.router.headers import Headers
 from dataplane.router.metrics import CLIENT_GONE, OK, RouterMetrics, RouteStats
-from dataplane.router.path.relay import CLIENT_CLOSED, outcome_of, relay_rest
+from dataplane.router.path.relay import CLIENT_CLOSED, StreamRelay, outcome_of, passes_through, relay_rest
 from dataplane.router.upstream.base import UpstreamResponse
 from dataplane.router.upstream.h1.connection import H1Response
 
@@ -155,7 +157,16 @@ class Exchange:
             status = response.status
             headers = response.headers
         if complete is None:
-            # Still on its way (a large answer, or SSE): relay it in a task, as the task path
+            if type(response) is H1Response and responder.sends_now:
+                extra = self._extra
+                relayed = headers + extra if extra else headers
+                sse = passes_through(relayed, self._stream)
+                if sse >= 0:
+                    # Streamed: relayed from the connection's callbacks, which own the slot and
+                    # the in-flight count from now on.
+                    self._relay_here(response, relayed, sse == 1)
+                    return
+            # Still on its way (a large answer, or h2c): relay it in a task, as the task path
             # does; the task owns the slot and the in-flight count from now on.
             proxy = self._proxy
             relaying = relay_rest(
@@ -195,6 +206,23 @@ class Exchange:
             return
         self._slot.release()
         self._stats.observe(status, perf_counter() - self._started, self._responder)
+
+    def _relay_here(self, response: H1Response, headers: Headers, sse: bool) -> None:
+        proxy = self._proxy
+        relay = StreamRelay(
+            proxy.loop,
+            proxy.metrics,
+            self._stats,
+            self._started,
+            self._request,
+            self._responder,
+            self._worker,
+            self._slot,
+            response,
+            sse,
+            self._work,
+        )
+        relay.begin(headers)  # never raises: a bug in it answers 500 and gives everything back
 
     def on_failure(self, error: RouterError) -> None:
         self.conn = None

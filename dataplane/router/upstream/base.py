@@ -21,6 +21,7 @@ from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeou
 from dataplane.router.body import RequestBody
 
 __all__ = [
+    "BodySink",
     "ResponseListener",
     "UpstreamBodyIncomplete",
     "UpstreamPool",
@@ -98,6 +99,32 @@ class ResponseListener(Protocol):
         """The exchange failed before the head arrived (``UpstreamTimeout`` or
         ``UpstreamBodyIncomplete``: the request bytes were written, so never retried)."""
         ...
+
+
+class BodySink:
+    """Takes a streamed answer's body straight from the upstream connection's callbacks
+    (``H1Response.relay_to``): no future per chunk, no task, no iterator (``path.relay.StreamRelay``).
+
+    Called from the connection's ``data_received`` (one ``on_body`` per read: what one read
+    brought, joined), ``connection_lost`` and the deadline timer, so it must not raise and must not
+    block; it holds the worker back with the response's ``pause()``/``resume()`` (backpressure).
+    Exactly one of ``on_end``/``on_error`` ends it, unless its owner aborted the response first.
+
+    A base class rather than a Protocol: compiled (scripts/build_mypyc.sh), its calls are vtable
+    calls, not lookups by name.
+    """
+
+    def on_body(self, chunk: bytes) -> None:
+        """Body bytes (non-empty), in order."""
+        raise NotImplementedError
+
+    def on_end(self) -> None:
+        """The body is complete."""
+        raise NotImplementedError
+
+    def on_error(self, error: RouterError) -> None:
+        """The answer failed midway (``UpstreamBodyIncomplete`` or ``UpstreamTimeout``)."""
+        raise NotImplementedError
 
 
 class UpstreamPool(Protocol):

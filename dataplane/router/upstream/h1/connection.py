@@ -15,6 +15,11 @@ the worker may have acted on the request, so those are never retried.
 A slow client pauses reading from the worker once ``HIGH_WATER`` bytes are buffered
 (backpressure instead of unbounded memory).
 
+A streamed answer can also be handed on as it arrives, with no future or task per chunk
+(``H1Response.relay_to`` a ``BodySink``): each read's body bytes go to the sink, joined, from
+``data_received`` itself; the sink holds the worker back with ``pause()``/``resume()`` while its
+client is not taking bytes, and that pause counts as the router's wait, not the worker's silence.
+
 Deadlines (``UpstreamTimeouts``), all enforced through the pool's one timer: the exchange's own
 (``timeout_s``), the response head within ``first_byte_s`` of sending, then no silence from the
 worker longer than ``idle_s`` while the body is relayed (bytes the router still holds for a slow
@@ -36,6 +41,7 @@ from dataplane.http.wire import lower_name
 from dataplane.router.body import RequestBody, body_segments
 from dataplane.router.headers import DROPPED, Headers
 from dataplane.router.upstream.base import (
+    BodySink,
     ResponseListener,
     UpstreamBodyIncomplete,
     UpstreamTimeout,
@@ -75,7 +81,18 @@ _SLACK_S: Final = 0.001  # a deadline within this much is due now (uvloop's time
 class H1Response:
     """The answer on one connection; implements ``upstream.UpstreamResponse``."""
 
-    __slots__ = ("_chunks", "_conn", "_done", "_error", "_paused", "_size", "_waiter", "headers", "status")
+    __slots__ = (
+        "_chunks",
+        "_conn",
+        "_done",
+        "_error",
+        "_paused",
+        "_sink",
+        "_size",
+        "_waiter",
+        "headers",
+        "status",
+    )
 
     def __init__(self, conn: H1Connection, status: int, headers: Headers) -> None:
         self.status = status
@@ -88,13 +105,16 @@ class H1Response:
         self._done = False
         self._error: RouterError | None = None
         self._waiter: asyncio.Future[None] | None = None
+        # Reading paused: above HIGH_WATER unsent bytes, or by the sink (its client is slow).
         self._paused = False
+        self._sink: BodySink | None = None  # relay_to(): the body goes there as it arrives
 
     # -- fed by the connection -------------------------------------------------------------
     def _feed(self, chunk: bytes) -> None:
+        # With a sink too: what one read brings goes on in one piece, after the read (_flush).
         self._chunks.append(chunk)
         self._size += len(chunk)
-        if self._size > HIGH_WATER and not self._paused:
+        if self._size > HIGH_WATER and not self._paused and self._sink is None:
             self._paused = True
             self._conn.pause_reading()
         if self._waiter is not None:  # a relay is waiting (never on the small-answer path)
@@ -104,7 +124,29 @@ class H1Response:
         if not self._done:
             self._done = True
             self._error = error
-            self._wake()
+            if self._sink is not None:
+                self._flush()
+            else:
+                self._wake()
+
+    def _flush(self) -> None:
+        """Hand the sink what has arrived (one piece), then the end or failure if it came."""
+        sink = self._sink
+        if sink is None:
+            return
+        chunks = self._chunks
+        if chunks:
+            chunk = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            chunks.clear()
+            self._size = 0
+            sink.on_body(chunk)
+        if self._done and self._sink is not None:  # (the sink may have aborted in on_body)
+            self._sink = None
+            error = self._error
+            if error is not None:
+                sink.on_error(error)
+            else:
+                sink.on_end()
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -158,10 +200,41 @@ class H1Response:
                 self._waiter = None
 
     def abort(self) -> None:
+        self._sink = None
         if not self._done:
             self._done = True
             self._error = UpstreamBodyIncomplete()
-            self._conn.abort()
+            conn = self._conn
+            if conn._streaming is self:
+                conn._streaming = None
+            conn.abort()
+
+    # -- relayed by callbacks ---------------------------------------------------------------
+    def relay_to(self, sink: BodySink) -> None:
+        """From now on the body goes to ``sink`` as it arrives (instead of ``chunks()``); what
+        already arrived, and the end if it did, at once. At most once, instead of iterating."""
+        self._sink = sink
+        if self._paused:  # held back above HIGH_WATER: the sink takes it all now
+            self._paused = False
+            self._conn.resume_reading()
+        if not self._done:
+            self._conn._streaming = self
+        self._flush()
+
+    def pause(self) -> None:
+        """The sink's client is not taking bytes: stop reading from the worker until ``resume``
+        (the time paused is the router's wait: no idle deadline runs out meanwhile)."""
+        if not self._paused and not self._done:
+            self._paused = True
+            self._conn.pause_reading()
+
+    def resume(self) -> None:
+        if self._paused:
+            self._paused = False
+            conn = self._conn
+            if not self._done:
+                conn._heard_now()  # the idle deadline counts from now, not from before the pause
+            conn.resume_reading()
 
 
 class H1Connection(asyncio.Protocol):
@@ -179,6 +252,7 @@ class H1Connection(asyncio.Protocol):
         self._listener: ResponseListener | None = None
         self._ready: H1Response | None = None  # head parsed, listener told after the read
         self._response: H1Response | None = None
+        self._streaming: H1Response | None = None  # relayed to a sink: flushed after each read
         self._headers: Headers = []
         self.deadline = 0.0  # the next one of the exchange in flight; the pool's one timer
         self._timed = False  # in the pool's set of exchanges with a deadline
@@ -207,6 +281,12 @@ class H1Connection(asyncio.Protocol):
             self._fail(UpstreamBodyIncomplete())
         if self._timed:  # still in flight after this read (a complete answer is unwatched)
             self._heard_now()
+        streaming = self._streaming
+        if streaming is not None:
+            # The read's body bytes go on in one piece (one write to the client), then the end.
+            if streaming._done:
+                self._streaming = None
+            streaming._flush()
         ready = self._ready
         if ready is not None:
             # Told after the whole read was parsed, so a small answer arrives complete (the
@@ -266,6 +346,7 @@ class H1Connection(asyncio.Protocol):
             response._done = True
             if response._waiter is not None:
                 response._wake()
+            # A sink is told by data_received, after the read's body bytes (``_streaming``).
         if self._keep_alive and not self.lost:
             self.idle_since = self._loop.time()
             if self._pool.release(self):
@@ -356,8 +437,9 @@ class H1Connection(asyncio.Protocol):
         response = self._response
         if response is not None:
             now = self._loop.time()
-            # Bytes the relay has not taken yet: the wait is the router's client's, not the worker's.
-            quiet_since = now if response._chunks else self._heard
+            # Bytes the relay has not taken yet, or reading paused for the client: the wait is
+            # the router's client's, not the worker's.
+            quiet_since = now if response._chunks or response._paused else self._heard
             due = min(quiet_since + self._idle_s, self._final)
             if due > now + _SLACK_S:
                 self.deadline = due
@@ -383,7 +465,7 @@ class H1Connection(asyncio.Protocol):
         response = self._response
         if response is None:
             return True
-        return self._heard < since and not response._chunks
+        return self._heard < since and not response._chunks and not response._paused
 
     def on_stalled(self) -> None:
         """The worker stopped answering (its health checks failed): time the exchange out now."""
@@ -395,7 +477,7 @@ class H1Connection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_exception(error)
         listener, self._listener = self._listener, None
-        self._ready = None
+        self._ready = self._streaming = None
         response, self._response = self._response, None
         if response is not None:
             response._finish(error)
@@ -411,6 +493,7 @@ class H1Connection(asyncio.Protocol):
         if self._response is not None and not self._delimited:
             # A body delimited by the end of the connection (RFC 9112 §6.3 rule 8) is complete.
             response, self._response = self._response, None
+            self._streaming = None
             self._cancel_timer()
             response._finish()
             return
