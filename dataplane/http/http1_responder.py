@@ -118,12 +118,18 @@ class H1Responder(Responder):
         conn.answer_done(self)
 
     def start(self, status: int, headers: Headers) -> None:
+        head = self._start(status, headers)
+        if head is not None:
+            self._conn.emit(self, head)
+
+    def _start(self, status: int, headers: Headers) -> bytes | None:
+        """The streamed answer's head (None: the client is gone), the answer now STREAMING."""
         if self._state:
             raise RuntimeError("the answer has already started")
         conn = self._conn
         if conn.lost or self._disc:
             self._state = STREAMING
-            return
+            return None
         close = not self._keep_alive or conn.closes_after(self)
         nobody = self._head or not body_allowed(status)
         chunked = not nobody and not self._http10
@@ -133,7 +139,7 @@ class H1Responder(Responder):
         self._state = STREAMING
         self._chunked = chunked
         self._nobody = nobody
-        conn.emit(self, head)
+        return head
 
     async def write(self, chunk: bytes) -> None:
         if self._state != STREAMING:
@@ -154,6 +160,36 @@ class H1Responder(Responder):
     @property
     def sends_now(self) -> bool:
         return True
+
+    def start_sending(self, status: int, headers: Headers, first: bytes) -> bool:
+        head = self._start(status, headers)
+        if head is None:
+            return True
+        if first and not self._nobody:  # head and first chunk in one write
+            head = b"".join((head, encode_chunk(first))) if self._chunked else head + first
+        conn = self._conn
+        if conn.is_head(self):
+            transport = conn.transport
+            assert transport is not None
+            transport.write(head)
+            return not conn.write_paused
+        conn.emit(self, head)
+        return False
+
+    def send_last(self, last: bytes) -> None:
+        if self._state != STREAMING:
+            raise RuntimeError("send_last() needs start() first and no end()")
+        self._state = DONE
+        conn = self._conn
+        if conn.lost or self._disc:
+            return
+        if self._nobody:
+            last = b""
+        if self._chunked:  # the last data and the last chunk in one write
+            conn.emit(self, b"".join((encode_chunk(last), LAST_CHUNK)) if last else LAST_CHUNK)
+        elif last:
+            conn.emit(self, last)
+        conn.answer_done(self)
 
     def send(self, chunk: bytes) -> bool:
         if self._state != STREAMING:

@@ -7,6 +7,7 @@ never knows which protocol carried the request except through ``Request.http2``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 from collections.abc import Awaitable, Callable
@@ -116,6 +117,19 @@ class Responder:
         taking bytes (transport paused, or an earlier answer still going out): await
         ``writable()`` before sending more. Raises ``ClientDisconnected``."""
         raise NotImplementedError
+
+    def start_sending(self, status: int, headers: list[tuple[bytes, bytes]], first: bytes) -> bool:
+        """``start`` and ``send(first)`` (unless empty) at once: one write where the protocol can."""
+        self.start(status, headers)
+        return self.send(first) if first else True
+
+    def send_last(self, last: bytes) -> None:
+        """``send(last)`` (unless empty) and ``end``: one write where the protocol can. Like
+        ``end``, silently nothing more once the client went away."""
+        if last and not self._disc:
+            with contextlib.suppress(ClientDisconnected):
+                self.send(last)
+        self.end()
 
     async def writable(self) -> None:
         """Return once the client takes bytes again (after ``send`` returned False); raises

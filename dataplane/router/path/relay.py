@@ -220,13 +220,19 @@ class StreamRelay(BodySink):
         self._waiting: asyncio.Task[None] | None = None  # only while the client is not reading
 
     def begin(self, headers: Headers) -> None:
-        """Send the head and take the body from the connection from now on."""
+        """Send the head (with what came with it: one write) and take the body from the
+        connection from now on."""
         responder = self._responder
+        response = self._response
         try:
-            responder.start(self._status, headers)
+            more = responder.start_sending(self._status, headers, response.arrived())
             responder.on_disconnect(self.on_client_gone)
             if self._open:  # (a client already gone was finished by on_disconnect)
-                self._response.relay_to(self)
+                response.relay_to(self)
+                if not more and self._open and self._waiting is None:
+                    self._hold()
+        except ClientDisconnected:
+            self._client_left()
         except Exception:
             self._bug()
 
@@ -235,22 +241,24 @@ class StreamRelay(BodySink):
         if not self._open:
             return
         try:
-            if self._responder.send(chunk):
-                return
-            # The client is not taking bytes: hold the worker back until it does.
-            self._response.pause()
-            self._waiting = self._loop.create_task(self._when_writable())
+            if not self._responder.send(chunk):
+                self._hold()
         except ClientDisconnected:
             self._client_left()
         except Exception:
             self._bug()
 
-    def on_end(self) -> None:
+    def _hold(self) -> None:
+        """The client is not taking bytes: hold the worker back until it does."""
+        self._response.pause()
+        self._waiting = self._loop.create_task(self._when_writable())
+
+    def on_end(self, last: bytes) -> None:
         if not self._open:
             return
         worker = self._worker
         try:
-            self._responder.end()
+            self._responder.send_last(last)  # with the end: one write
             if worker.consecutive_failures:  # record_success() only matters after failures
                 worker.record_success()
             self._metrics.upstream_outcome(worker.url, worker.protocol, OK)
@@ -270,13 +278,11 @@ class StreamRelay(BodySink):
             self._metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(error))
             status = error.status
             if self._sse:  # SPEC §5: a final SSE error event ends the stream
-                try:
-                    responder.send(sse_error_event(error))
-                except ClientDisconnected:
+                if responder.disconnected:
                     responder.abort()
                     status = CLIENT_CLOSED
                 else:
-                    responder.end()
+                    responder.send_last(sse_error_event(error))
             else:
                 responder.abort()  # the client must not take a broken answer for a complete one
             self._metrics.timing[worker.protocol].duration.observe(perf_counter() - self._started)

@@ -118,8 +118,9 @@ class BodySink:
         """Body bytes (non-empty), in order."""
         raise NotImplementedError
 
-    def on_end(self) -> None:
-        """The body is complete."""
+    def on_end(self, last: bytes) -> None:
+        """The body is complete; ``last``: what the read that completed it brought (may be
+        empty), so that the sink can send it and its own end in one write."""
         raise NotImplementedError
 
     def on_error(self, error: RouterError) -> None:

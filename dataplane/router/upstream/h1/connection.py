@@ -130,23 +130,36 @@ class H1Response:
                 self._wake()
 
     def _flush(self) -> None:
-        """Hand the sink what has arrived (one piece), then the end or failure if it came."""
+        """Hand the sink what has arrived (one piece), then the end (with the last piece) or
+        the failure if it came."""
         sink = self._sink
         if sink is None:
             return
-        chunks = self._chunks
-        if chunks:
-            chunk = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            chunks.clear()
-            self._size = 0
-            sink.on_body(chunk)
-        if self._done and self._sink is not None:  # (the sink may have aborted in on_body)
+        chunk = self._take()
+        if not self._done:
+            if chunk:
+                sink.on_body(chunk)
+            return
+        error = self._error
+        if error is None:
             self._sink = None
-            error = self._error
-            if error is not None:
-                sink.on_error(error)
-            else:
-                sink.on_end()
+            sink.on_end(chunk)
+            return
+        if chunk:
+            sink.on_body(chunk)
+            if self._sink is None:  # the sink aborted meanwhile
+                return
+        self._sink = None
+        sink.on_error(error)
+
+    def _take(self) -> bytes:
+        chunks = self._chunks
+        if not chunks:
+            return b""
+        chunk = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._size = 0
+        return chunk
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -210,9 +223,17 @@ class H1Response:
             conn.abort()
 
     # -- relayed by callbacks ---------------------------------------------------------------
+    def arrived(self) -> bytes:
+        """The body bytes that have arrived and not been taken yet (with the head: sent with it)."""
+        if self._paused and self._sink is None:  # held back above HIGH_WATER: all taken now
+            self._paused = False
+            self._conn.resume_reading()
+        return self._take()
+
     def relay_to(self, sink: BodySink) -> None:
         """From now on the body goes to ``sink`` as it arrives (instead of ``chunks()``); what
-        already arrived, and the end if it did, at once. At most once, instead of iterating."""
+        already arrived (unless taken by ``arrived()``), and the end if it did, at once. At most
+        once, instead of iterating."""
         self._sink = sink
         if self._paused:  # held back above HIGH_WATER: the sink takes it all now
             self._paused = False
