@@ -1,0 +1,104 @@
+"""Two checkouts of the router side by side against one engine-sim and the floor, cells alternating.
+
+    .venv/bin/python bench/router_ab.py --tree before=/tmp/main-copy --tree after=. --stream --rounds 6
+
+For a before → after figure on this shared machine, where one ``bench/router_floor.py`` run
+against another moves by ±0.3x with the other processes: every tree's router (compiled form,
+``FLEETPLANE_FORM=compiled``: run ``scripts/build_mypyc.sh`` in each tree first; ``--plain`` for
+the source form) and the floor (``bench/floor_proxy.py``) serve the same HTTP/1.1 engine-sim, and
+one wrk cell of each follows the other, ``--rounds`` times. Every router has the contract of
+``bench/router_floor.py`` (``--override-sampling-params``: judged and spliced) but no control
+plane. Printed: router CPU µs per request (``/proc`` schedstat of the process tree), the median
+over the cells and each cell, and that over the floor's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from statistics import median
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.loadgen import chat_body, cpu_seconds  # noqa: E402
+from bench.procs import PY, Proc, free_port, spawn, wait_http, wait_port  # noqa: E402
+from bench.router_floor import CONTRACT, MODEL, _engine, _wrk  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tree", action="append", required=True, help="NAME=DIR, a checkout (repeatable)")
+    parser.add_argument("--stream", action="store_true", help="the chat request streamed (16 SSE events)")
+    parser.add_argument("--plain", action="store_true", help="the source form instead of the compiled one")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--duration-s", type=float, default=2.0)
+    parser.add_argument("--connections", type=int, default=32)
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        print("wrk not found: apt-get install -y wrk", file=sys.stderr)
+        return 2
+    logs = Path(tempfile.mkdtemp(prefix="router-ab-"))
+    (logs / "model").mkdir()
+    env = dict(os.environ, FLEETPLANE_FORM="plain" if args.plain else "compiled")
+    procs: dict[str, Proc] = {}
+    sim = _engine("sim", logs, logs / "model")
+    try:
+        wait_http(sim, "/health")
+        worker = f"http://127.0.0.1:{sim.port}"
+        for spec in args.tree:
+            name, tree = spec.split("=", 1)
+            port = free_port()
+            argv = [PY, "-m", "dataplane", "--listen", f"127.0.0.1:{port}", "--worker", worker]
+            argv += ["--max-concurrency", "1024", "--override-sampling-params", CONTRACT]
+            procs[name] = spawn(name, argv, port, logs, env, cwd=Path(tree).resolve())
+        port = free_port()
+        floor = [
+            PY,
+            str(ROOT / "bench" / "floor_proxy.py"),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--worker",
+            worker,
+        ]
+        procs["floor"] = spawn("floor", floor, port, logs)
+        for name, p in procs.items():
+            if name == "floor":
+                wait_port(p)
+            else:
+                wait_http(p, "/health")
+        body = chat_body(MODEL, stream=args.stream, size=1024, max_tokens=16)
+        for p in procs.values():  # warm-up: connections, pools, caches
+            _wrk(p.port, body, args.connections, 1)
+        cells: dict[str, list[float]] = {name: [] for name in procs}
+        for _ in range(args.rounds):
+            for name, p in procs.items():
+                cpu0 = cpu_seconds(p.popen.pid)
+                ok, _rps, _errors = _wrk(p.port, body, args.connections, args.duration_s)
+                cells[name].append((cpu_seconds(p.popen.pid) - cpu0) / max(ok, 1) * 1e6)
+    finally:
+        for p in procs.values():
+            p.stop()
+        sim.stop()
+    mode = "stream" if args.stream else "plain"
+    form = "plain" if args.plain else "compiled"
+    print(
+        f"router A/B — {mode}, {form} form, {args.rounds} alternating {args.duration_s:g} s cells; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    floor_us = median(cells["floor"])
+    print("| target | router CPU µs/req | vs floor | cells |")
+    print("|---|---:|---:|---|")
+    for name, values in cells.items():
+        us = median(values)
+        print(f"| {name} | {us:.1f} | {us / floor_us:.2f}x | {' '.join(f'{v:.1f}' for v in values)} |")
+    shutil.rmtree(logs, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
