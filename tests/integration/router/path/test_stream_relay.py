@@ -298,3 +298,35 @@ async def test_a_streamed_answer_behind_a_pipelined_one_waits_its_turn() -> None
         assert first_complete and second_complete
         await _until(lambda: case.counts()[:3] == (0, 0, {200: 4}))
         writer.close()
+
+
+async def test_the_stream_is_counted_to_its_end_and_reaches_an_http10_client_whole() -> None:
+    """An HTTP/1.0 client (no chunked coding) gets the events as they come and the connection
+    closed after the last one; the request's duration (metrics, access log) runs to the
+    stream's end, not to its head."""
+
+    async def streamed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(_stream_head(SSE) + _chunk(b"data: 0\n\n"))
+        await writer.drain()
+        for i in (1, 2):
+            await asyncio.sleep(0.15)
+            writer.write(_chunk(b"data: %d\n\n" % i))
+            await writer.drain()
+        writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+
+    async with Case(streamed) as case:
+        reader, writer = await case.client()  # (HTTP/1.1 warm-up, then a new HTTP/1.0 client)
+        writer.close()
+        assert case.front is not None
+        reader, writer = await asyncio.open_connection("127.0.0.1", case.front.port)
+        writer.write(_post(stream=True).replace(b"HTTP/1.1", b"HTTP/1.0", 1))
+        raw = await asyncio.wait_for(reader.read(), 5)  # to the end of the connection
+        head, body = raw.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding" not in head.lower()
+        assert body == b"data: 0\n\ndata: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
+        assert case.router is not None
+        stats = case.router.metrics.route("/v1/chat/completions")
+        await _until(lambda: stats.count == 2)
+        assert stats.sum_s >= 0.3  # the warm-up's few ms and the stream's 0.3 s
+        writer.close()
