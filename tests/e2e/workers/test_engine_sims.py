@@ -17,7 +17,7 @@ Stub = load_pb2_grpc.LoadServiceStub
 def test_an_explicit_publish_range_with_three_ranks_is_discovered_and_flows(stub: Stub) -> None:
     """--load-publish-endpoint tcp://*:P --dp-size 3 (HTTP/1.1): endpoints P..P+2 on the URL's host,
     every rank FRESH, capacity summed over the ranks."""
-    base = free_port_range(5)
+    base = free_port_range(13)  # load ranks at base..base+2, KV events at base+10..base+12
     flags = ("--dp-size", "3", "--model", "three", "--max-total-tokens", "1000")
     with EngineSim(
         *flags, "--load-publish-endpoint", f"tcp://*:{base}", "--kv-events-endpoint", f"tcp://*:{base + 10}"
