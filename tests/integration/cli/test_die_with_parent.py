@@ -14,6 +14,7 @@ import sys
 from controlplane.envflags import PARENT_PID_ENV
 from tests.fakes.engine_sim import wait_until
 from tests.fakes.process import ROOT
+from tests.fakes.process_tree import alive
 
 CHILD = r"""
 import os, sys, time
@@ -33,14 +34,6 @@ time.sleep(30)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_a_child_dies_with_its_killed_parent_and_hides_the_variable_from_its_own_children() -> None:
     parent = subprocess.Popen(
         [sys.executable, "-c", PARENT, CHILD], cwd=ROOT, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
@@ -51,15 +44,15 @@ def test_a_child_dies_with_its_killed_parent_and_hides_the_variable_from_its_own
         pid, inherited = parent.stdout.readline().decode().split()
         child_pid = int(pid)
         assert inherited == "None"  # what the child starts does not follow the child's parent
-        assert _alive(child_pid)
+        assert alive(child_pid)
         parent.kill()  # SIGKILL: no handler of the parent runs
         parent.wait(10)
-        assert wait_until(lambda: not _alive(child_pid), timeout_s=10)
+        assert wait_until(lambda: not alive(child_pid), timeout_s=10)
     finally:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
-        if child_pid and _alive(child_pid):
+        if child_pid and alive(child_pid):
             os.kill(child_pid, signal.SIGKILL)
 
 
