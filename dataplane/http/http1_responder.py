@@ -117,6 +117,18 @@ class H1Responder(Responder):
             conn.emit(self, answer)
         conn.answer_done(self)
 
+    def respond_as_is(self, answer: bytes) -> bool:
+        if self._state or not self._keep_alive or self._head:
+            return False  # the head the server writes would differ (connection: close, HEAD)
+        conn = self._conn
+        if conn.closing or conn.ctx.draining:
+            return False  # this answer may be the connection's last: it says so (respond)
+        self._state = DONE
+        if not conn.lost and not self._disc:
+            conn.emit(self, answer)
+            conn.answer_done(self)
+        return True
+
     def start(self, status: int, headers: Headers) -> None:
         head = self._start(status, headers)
         if head is not None:

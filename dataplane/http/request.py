@@ -87,6 +87,13 @@ class Responder:
     def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         raise NotImplementedError
 
+    def respond_as_is(self, answer: bytes) -> bool:
+        """Send ``answer``, a complete HTTP/1.1 answer (status line, head, body framed by its
+        Content-Length) that a proxy received from its own upstream and may forward unchanged,
+        when this answer needs nothing the server would add (e.g. ``connection: close``). False:
+        nothing was sent, answer with ``respond``. Only an HTTP/1.1 connection can send it."""
+        return False
+
     def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         raise NotImplementedError
 

@@ -59,10 +59,23 @@ class Host:
     """
 
     metrics: RouterMetrics
+    # The HTTP/1.1 lines of the extra headers last asked for (``h1_lines``).
+    _lines_of: Headers | None = None
+    _lines: bytes = b""
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         raise NotImplementedError
+
+    def h1_lines(self, extra: Headers) -> bytes:
+        """``extra`` as HTTP/1.1 header lines (CRLF after each). The list is the same object for
+        every answer under one contract snapshot (``ContractSet.revision_headers``): encoded once."""
+        if extra is self._lines_of:
+            return self._lines
+        lines = b"".join([b"%s: %s\r\n" % (name, value) for name, value in extra])
+        self._lines_of = extra
+        self._lines = lines
+        return lines
 
     def retry_elsewhere(
         self,
@@ -146,12 +159,16 @@ class Exchange:
         timing = self._proxy.metrics.timing[worker.protocol]
         waited = perf_counter() - self._started
         timing.first_byte.observe(waited)
+        answer: bytes | None = None
         if isinstance(response, H1Response):
             # The concrete class: compiled (scripts/build_mypyc.sh), its fields and method are
             # native reads and a direct call, where through the Protocol each is a lookup by name.
-            complete = response.buffered_body()
             status = response.status
             headers = response.headers
+            # An answer that came whole and needs no change of its head goes to an HTTP/1.1
+            # client as the worker wrote it (no header list encoded again).
+            answer = response.as_is(self._proxy.h1_lines(self._extra))
+            complete = b"" if answer is not None else response.buffered_body()
         else:
             complete = response.buffered_body()
             status = response.status
@@ -195,8 +212,11 @@ class Exchange:
         worker.inflight -= 1
         worker.work -= self._work
         try:
-            extra = self._extra
-            responder.respond(status, headers + extra if extra else headers, complete)
+            if answer is None or not responder.respond_as_is(answer):
+                if answer is not None:  # this client's answer needs a head of its own after all
+                    complete = response.buffered_body() or b""
+                extra = self._extra
+                responder.respond(status, headers + extra if extra else headers, complete)
             if worker.consecutive_failures:  # record_success() only matters after failures
                 worker.record_success()
             self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, OK)
