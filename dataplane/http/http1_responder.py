@@ -117,12 +117,23 @@ class H1Responder(Responder):
             conn.emit(self, answer)
         conn.answer_done(self)
 
-    def respond_as_is(self, answer: bytes) -> bool:
-        if self._state or not self._keep_alive or self._head:
-            return False  # the head the server writes would differ (connection: close, HEAD)
+    @property
+    def takes_as_is(self) -> bool:
+        # Else the head the server writes would differ: connection: close (not kept alive, or
+        # maybe the connection's last answer), or no body (HEAD).
         conn = self._conn
-        if conn.closing or conn.ctx.draining:
-            return False  # this answer may be the connection's last: it says so (respond)
+        return (
+            not self._state
+            and self._keep_alive
+            and not self._head
+            and not conn.closing
+            and not conn.ctx.draining
+        )
+
+    def respond_as_is(self, answer: bytes) -> bool:
+        if not self.takes_as_is:
+            return False
+        conn = self._conn
         self._state = DONE
         if not conn.lost and not self._disc:
             conn.emit(self, answer)

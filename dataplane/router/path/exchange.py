@@ -167,7 +167,8 @@ class Exchange:
             headers = response.headers
             # An answer that came whole and needs no change of its head goes to an HTTP/1.1
             # client as the worker wrote it (no header list encoded again).
-            answer = response.as_is(self._proxy.h1_lines(self._extra))
+            if responder.takes_as_is:
+                answer = response.as_is(self._proxy.h1_lines(self._extra))
             complete = b"" if answer is not None else response.buffered_body()
         else:
             complete = response.buffered_body()
