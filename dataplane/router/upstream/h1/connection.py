@@ -348,6 +348,9 @@ class H1Connection(asyncio.Protocol):
         except httptools.HttpParserError:
             self._fail(UpstreamBodyIncomplete())
         self._read = b""
+        unfinished = self._response
+        if unfinished is not None:
+            unfinished._raw = b""  # not whole in one read: never forwarded as is (nor kept)
         if self._timed:  # still in flight after this read (a complete answer is unwatched)
             self._heard_now()
         streaming = self._streaming
