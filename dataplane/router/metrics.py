@@ -1,11 +1,11 @@
 """Router metrics (SPEC §8), rendered by prometheus-client at scrape time.
 
-The hot path only bumps plain Python numbers (a dict lookup and an add; no lock, no
-``.labels()`` call): ``RouteStats`` objects are created once per route and cached, per-worker
-upstream counters live in a dict keyed by (url, protocol, outcome). A custom collector turns
-them into metric families when ``/metrics`` is scraped, together with the gauges that are read
-straight from live state (in-flight per worker, queue depth, revision, control-plane link), so
-those cost nothing per request either.
+The hot path only bumps plain Python numbers (no lock, no ``.labels()`` call, no key built):
+``RouteStats`` objects are created once per route and cached, a worker's upstream counts are an
+object it holds (``Worker.outcomes``, one per (url, protocol) kept by ``RouterState``, so they
+outlive the worker). A custom collector turns them into metric families when ``/metrics`` is
+scraped, together with the gauges that are read straight from live state (in-flight per worker,
+queue depth, revision, control-plane link), so those cost nothing per request either.
 
 Series: ``fleetplane_sampling_contract_rejections_total{scope,param}`` (absent before the first
 rejection), ``fleetplane_requests_total{route,code}`` (code = HTTP status),
@@ -37,6 +37,7 @@ from dataplane.http import Responder
 from dataplane.router.access_log import AccessLog
 from dataplane.router.admission import Admission
 from dataplane.router.clients import ClientKeys
+from dataplane.router.fleet.workers import UpstreamOutcomes, Worker
 from dataplane.router.state import RouterState
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
@@ -140,6 +141,16 @@ class UpstreamTiming:
         self.duration = Timing()
 
 
+def count_outcome(outcomes: UpstreamOutcomes, outcome: str) -> None:
+    """Count one exchange under ``outcome`` (``OK`` ... ``CLIENT_GONE``). The request path
+    bumps ``outcomes.ok`` itself on success."""
+    if outcome == OK:
+        outcomes.ok += 1
+    else:
+        failed = outcomes.failed
+        failed[outcome] = failed.get(outcome, 0) + 1
+
+
 class RouterMetrics:
     """Every router metric; ``render()`` is the ``/metrics`` body."""
 
@@ -155,7 +166,6 @@ class RouterMetrics:
         self.keys = keys
         self.admission = admission
         self.routes: dict[str, RouteStats] = {}
-        self.upstream: dict[tuple[str, str, str], int] = {}
         # By worker protocol (``UpstreamPool.protocol``); made once, read on the hot path.
         self.timing: dict[str, UpstreamTiming] = {"http1": UpstreamTiming(), "h2c": UpstreamTiming()}
         self.registry = CollectorRegistry(auto_describe=False)
@@ -175,9 +185,23 @@ class RouterMetrics:
         return stats
 
     def upstream_outcome(self, url: str, protocol: str, outcome: str) -> None:
-        key = (url, protocol, outcome)
-        counts = self.upstream
-        counts[key] = counts.get(key, 0) + 1
+        """Count one exchange with the worker at ``url`` (its ``Worker`` or not) under ``outcome``."""
+        count_outcome(self.state.outcomes_of(url, protocol), outcome)
+
+    def worker_outcome(self, worker: Worker, outcome: str) -> None:
+        """Count one exchange with ``worker`` under ``outcome``."""
+        count_outcome(worker.outcomes, outcome)
+
+    @property
+    def upstream(self) -> dict[tuple[str, str, str], int]:
+        """Exchanges by (worker URL, protocol, outcome): those counted at least once."""
+        counts: dict[tuple[str, str, str], int] = {}
+        for (url, protocol), outcomes in self.state.upstream_outcomes.items():
+            if outcomes.ok:
+                counts[(url, protocol, OK)] = outcomes.ok
+            for outcome, n in outcomes.failed.items():
+                counts[(url, protocol, outcome)] = n
+        return counts
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
