@@ -3,9 +3,10 @@
 The hot path only bumps plain Python numbers (no lock, no ``.labels()`` call, no key built):
 ``RouteStats`` objects are created once per route and cached, a worker's upstream counts are an
 object it holds (``Worker.outcomes``, one per (url, protocol) kept by ``RouterState``, so they
-outlive the worker). A custom collector turns them into metric families when ``/metrics`` is
-scraped, together with the gauges that are read straight from live state (in-flight per worker,
-queue depth, revision, control-plane link), so those cost nothing per request either.
+outlive the worker), histogram slots are ``Tally`` fields. A custom collector turns them into
+metric families when ``/metrics`` is scraped, together with the gauges that are read straight
+from live state (in-flight per worker, queue depth, revision, control-plane link), so those cost
+nothing per request either.
 
 Series: ``fleetplane_sampling_contract_rejections_total{scope,param}`` (absent before the first
 rejection), ``fleetplane_requests_total{route,code}`` (code = HTTP status),
@@ -88,44 +89,91 @@ def bucket_of(duration_s: float) -> int:
     return i
 
 
+class Tally:
+    """One count the hot path bumps (a histogram slot, the answers of one status).
+
+    A native object with an int field rather than an int in a list or dict: compiled
+    (scripts/build_mypyc.sh), ``tally.n += 1`` is a field add, where ``counts[i] += 1`` is a
+    generic in-place add (a new int object past 256) and a store.
+    """
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+def _tallies() -> list[Tally]:
+    return [Tally() for _ in range(len(BUCKETS_S) + 1)]  # last slot: above the largest bound
+
+
 class RouteStats:
     """Counters of one route: answers by status and the duration histogram."""
 
-    __slots__ = ("access", "buckets", "by_status", "count", "route", "sum_s")
+    __slots__ = ("_by_status", "_last", "_last_status", "_slots", "access", "count", "route", "sum_s")
 
     def __init__(self, route: str, access: AccessLog | None = None) -> None:
         self.route = route
         # --access-log: every answer counted here is also a line of the access log (one place
         # that sees every answer's route, status and duration; the responder carries the rest).
         self.access = access
-        self.by_status: dict[int, int] = {}
-        self.buckets = [0] * (len(BUCKETS_S) + 1)  # last slot: above the largest bound
+        self._by_status: dict[int, Tally] = {}
+        # The last status counted and its tally: a route's answers mostly repeat one status,
+        # counted then without a dict lookup.
+        self._last_status = -1
+        self._last = Tally()
+        self._slots = _tallies()
         self.count = 0
         self.sum_s = 0.0
 
+    @property
+    def by_status(self) -> dict[int, int]:
+        """Answers by HTTP status (every status counted at least once)."""
+        return {status: tally.n for status, tally in self._by_status.items()}
+
+    @property
+    def buckets(self) -> list[int]:
+        """The duration histogram: observations per slot of ``BUCKETS_S`` (not cumulative)."""
+        return [tally.n for tally in self._slots]
+
     def observe(self, status: int, duration_s: float, responder: Responder | None = None) -> None:
-        by_status = self.by_status
-        by_status[status] = by_status.get(status, 0) + 1
-        self.buckets[bucket_of(duration_s)] += 1
+        if status == self._last_status:
+            self._last.n += 1
+        else:
+            self._count_status(status)
+        self._slots[bucket_of(duration_s)].n += 1
         self.count += 1
         self.sum_s += duration_s
         access = self.access
         if access is not None:
             access.record(self.route, status, duration_s, responder)
 
+    def _count_status(self, status: int) -> None:
+        tally = self._by_status.get(status)
+        if tally is None:
+            tally = self._by_status[status] = Tally()
+        tally.n += 1
+        self._last_status = status
+        self._last = tally
+
 
 class Timing:
-    """One duration histogram as plain numbers (buckets of ``BUCKETS_S``), rendered at scrape."""
+    """One duration histogram as plain numbers (slots of ``BUCKETS_S``), rendered at scrape."""
 
-    __slots__ = ("buckets", "count", "sum_s")
+    __slots__ = ("_slots", "count", "sum_s")
 
     def __init__(self) -> None:
-        self.buckets = [0] * (len(BUCKETS_S) + 1)
+        self._slots = _tallies()
         self.count = 0
         self.sum_s = 0.0
 
+    @property
+    def buckets(self) -> list[int]:
+        """Observations per slot of ``BUCKETS_S`` (not cumulative)."""
+        return [tally.n for tally in self._slots]
+
     def observe(self, duration_s: float) -> None:
-        self.buckets[bucket_of(duration_s)] += 1
+        self._slots[bucket_of(duration_s)].n += 1
         self.count += 1
         self.sum_s += duration_s
 
