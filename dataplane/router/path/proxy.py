@@ -52,8 +52,9 @@ perf_counter: Final = _perf_counter
 _MAX_MODEL_IN_MESSAGE: Final = 200
 _MAX_ROUTES: Final = 1024
 # canonical path, the target to forward with (canonical path + query), the route (None: not
-# in the table), its stats, whether it is open to clients without a key
-_Target = tuple[bytes, bytes, "Route | None", RouteStats, bool]
+# in the table), its stats, whether it is open to clients without a key, whether the route
+# serves POST
+_Target = tuple[bytes, bytes, "Route | None", RouteStats, bool, bool]
 _NONE: Final[Headers] = []  # no extra headers (never mutated)
 # RFC 9110 §15.5.6: a 405 names the methods the resource supports.
 _ALLOW_GET: Final[Headers] = [(b"allow", b"GET, HEAD")]
@@ -62,6 +63,7 @@ _CHALLENGE: Final[Headers] = [(b"www-authenticate", b'Bearer realm="fleetplane"'
 # Open without a key under --api-keys: what probes and scrapers read (as vLLM keeps every path
 # outside /v1 open): liveness, readiness, metrics, and the applied contract and route table.
 _OPEN_PATHS: Final = frozenset({b"/health", b"/readiness", b"/metrics", b"/contract"})
+_POST: Final = b"POST"
 
 
 class Proxy(Forwarder):
@@ -90,6 +92,10 @@ class Proxy(Forwarder):
         self._route_stats = {route.path: metrics.route(route.path) for route in routes.routes}
         # Request target -> its classification (clients repeat a handful of targets; bounded).
         self._targets: dict[bytes, _Target] = {}
+        # The last target classified, and its classification: a request target is a new bytes
+        # object per request, and comparing it with the last one costs less than hashing it.
+        self._last_raw = b""
+        self._last_target: _Target | None = None
 
     def handle(self, request: Request, responder: Responder) -> Coroutine[Any, Any, None] | Deferred | None:
         """Answer at once (refusals, GET surface), forward through callbacks (``DEFERRED``), or
@@ -98,10 +104,15 @@ class Proxy(Forwarder):
         The HTTP server runs a returned coroutine as the request's task (``dataplane.http``).
         """
         started = perf_counter()
-        target = self._targets.get(request.path)
-        if target is None:
-            target = self._classify(request.path)
-        path, forward_to, route, stats, open_ = target
+        raw_target = request.path
+        target = self._last_target
+        if target is None or raw_target != self._last_raw:
+            target = self._targets.get(raw_target)
+            if target is None:
+                target = self._classify(raw_target)
+            self._last_raw = raw_target
+            self._last_target = target
+        path, forward_to, route, stats, open_, posts = target
         method = request.method
         client = ""
         keys = self._keys
@@ -115,7 +126,8 @@ class Proxy(Forwarder):
             client = found
             responder.client_name = found
         if route is not None:
-            if method not in route.methods:
+            # A request's method is a new bytes object: compared with POST before it is hashed.
+            if not (posts and method == _POST) and method not in route.methods:
                 status = responder.answer_error(MethodNotAllowed(), route.allow)
             elif route.dialect is not None:
                 judged = self._judge(request, responder, route, client)
@@ -188,7 +200,14 @@ class Proxy(Forwarder):
         else:
             endpoint = self._endpoints.get(path)
             stats = endpoint[0] if endpoint is not None else self._unknown_stats
-        target = (path, path + query, route, stats, route is None and path in _OPEN_PATHS)
+        target = (
+            path,
+            path + query,
+            route,
+            stats,
+            route is None and path in _OPEN_PATHS,
+            route is not None and _POST in route.methods,
+        )
         targets = self._targets
         if len(targets) >= _MAX_ROUTES:
             targets.clear()  # a client cycling targets only makes it start over
