@@ -205,7 +205,8 @@ class Exchange:
             self._bug()
             return
         self._slot.release()
-        self._stats.observe(status, perf_counter() - self._started, self._responder)
+        # The answer went out with its head: its end is when the head came (one clock read).
+        self._stats.observe(status, waited, self._responder)
 
     def _relay_here(self, response: H1Response, headers: Headers, sse: bool) -> None:
         proxy = self._proxy
