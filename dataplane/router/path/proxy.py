@@ -34,16 +34,16 @@ from dataplane.router.admission import Admission
 from dataplane.router.balancer import DEFAULT_MAX_TOKENS, WORK_SHIFT, Balancer, request_work
 from dataplane.router.body import RequestBody
 from dataplane.router.clients import ClientKeys, InvalidApiKey
-from dataplane.router.contract.enforce import enforce
+from dataplane.router.contract.enforce import CompiledContract, enforce
 from dataplane.router.contract.form import probe_form
 from dataplane.router.contract.probe import Probe, probe_body
 from dataplane.router.contract.routes import Route, RouteTable, canonical_path, split_target
-from dataplane.router.fleet.workers import Worker
+from dataplane.router.fleet.workers import Worker, WorkerSet
 from dataplane.router.headers import Headers, without_credentials
 from dataplane.router.metrics import RouterMetrics, RouteStats
 from dataplane.router.path.endpoints import Endpoints
 from dataplane.router.path.forwarder import Forwarder, ProxyConfig, forwarded_headers
-from dataplane.router.state import RouterState
+from dataplane.router.state import ContractSet, RouterState
 
 # Bound as a Final: compiled (scripts/build_mypyc.sh), an imported name is a lookup in the
 # module's globals at every call.
@@ -64,6 +64,27 @@ _CHALLENGE: Final[Headers] = [(b"www-authenticate", b'Bearer realm="fleetplane"'
 # outside /v1 open): liveness, readiness, metrics, and the applied contract and route table.
 _OPEN_PATHS: Final = frozenset({b"/health", b"/readiness", b"/metrics", b"/contract"})
 _POST: Final = b"POST"
+
+
+class _Resolved:
+    """A model named by a body, and its workers and contract as one worker set and one
+    contract set resolve them (``Proxy._judge`` keeps the last: clients repeat their model)."""
+
+    __slots__ = ("compiled", "contracts", "group", "model", "workers")
+
+    def __init__(
+        self,
+        model: str,
+        workers: WorkerSet | None,
+        contracts: ContractSet | None,
+        group: tuple[Worker, ...],
+        compiled: CompiledContract | None,
+    ) -> None:
+        self.model = model
+        self.workers = workers
+        self.contracts = contracts
+        self.group = group
+        self.compiled = compiled
 
 
 class Proxy(Forwarder):
@@ -96,6 +117,9 @@ class Proxy(Forwarder):
         # object per request, and comparing it with the last one costs less than hashing it.
         self._last_raw = b""
         self._last_target: _Target | None = None
+        # The last model resolved: a body's model is a new str, hashed by each dict it is
+        # looked up in (the worker index, the contract scopes); compared, it is not.
+        self._resolved = _Resolved("", None, None, (), None)
 
     def handle(self, request: Request, responder: Responder) -> Coroutine[Any, Any, None] | Deferred | None:
         """Answer at once (refusals, GET surface), forward through callbacks (``DEFERRED``), or
@@ -240,9 +264,23 @@ class Proxy(Forwarder):
                 probe: Probe = probe_form(request.body, request.header(b"content-type"), dialect)
             else:
                 probe = probe_body(request.body, dialect)
-            model, group = self._group(probe.model)
+            named = probe.model
+            workers = self._state.workers
+            last = self._resolved
+            if (
+                named is not None
+                and last.workers is workers
+                and last.contracts is contracts
+                and last.model == named
+            ):
+                group = last.group
+                compiled = last.compiled
+            else:
+                model, group = self._group(named)
+                compiled = contracts.for_model(model)
+                if named is not None:
+                    self._resolved = _Resolved(named, workers, contracts, group, compiled)
             body: RequestBody = request.body
-            compiled = contracts.for_model(model)
             if compiled is not None:
                 try:
                     body = enforce(compiled, probe, request.body, route.path)
