@@ -154,24 +154,10 @@ class Proxy(Forwarder):
             if not (posts and method == _POST) and method not in route.methods:
                 status = responder.answer_error(MethodNotAllowed(), route.allow)
             elif route.dialect is not None:
-                judged = self._judge(request, responder, route, client)
-                if isinstance(judged, int):
-                    status = judged
-                else:
-                    body, headers, group, extra, stream, work = judged
-                    return self._send(
-                        stats,
-                        started,
-                        request,
-                        responder,
-                        forward_to,
-                        body,
-                        headers,
-                        group,
-                        extra,
-                        stream,
-                        work,
-                    )
+                judged = self._judge(stats, started, request, responder, forward_to, route, client)
+                if not isinstance(judged, int):
+                    return judged
+                status = judged
             else:
                 try:
                     _, group = self._group(_model_of(request.body))
@@ -245,11 +231,19 @@ class Proxy(Forwarder):
         return target[3].route
 
     def _judge(
-        self, request: Request, responder: Responder, route: Route, client: str
-    ) -> int | tuple[RequestBody, Headers, tuple[Worker, ...], Headers, bool, int]:
-        """Probe, model lookup, contract (SPEC §3.3): the body and headers to forward and the
-        request's work (``balancer.request_work``: its ``max_tokens`` and prompt), or the status
-        answered."""
+        self,
+        stats: RouteStats,
+        started: float,
+        request: Request,
+        responder: Responder,
+        forward_to: bytes,
+        route: Route,
+        client: str,
+    ) -> Coroutine[Any, Any, None] | Deferred | int:
+        """Probe, model lookup, contract (SPEC §3.3), then forward (``_send``) the body and
+        headers that passed with the request's work (``balancer.request_work``: its
+        ``max_tokens`` and prompt); or the status answered. Forwarded from here rather than
+        handed back to ``handle``: a tuple of six per request saved."""
         contracts = self._state.contracts
         if contracts is None:
             return responder.answer_error(ContractUnavailable(), _NONE)
@@ -297,7 +291,19 @@ class Proxy(Forwarder):
             work = ((DEFAULT_MAX_TOKENS if cap is None else cap) << WORK_SHIFT) + (len(request.body) >> 2)
         else:
             work = 0  # a model served by one worker is never scored: nothing to hold
-        return body, headers, group, extra, probe.stream is True, work
+        return self._send(
+            stats,
+            started,
+            request,
+            responder,
+            forward_to,
+            body,
+            headers,
+            group,
+            extra,
+            probe.stream is True,
+            work,
+        )
 
     def _group(self, model: str | None) -> tuple[str, tuple[Worker, ...]]:
         workers = self._state.workers
