@@ -37,7 +37,7 @@ from dataplane.router.admission import Slot
 from dataplane.router.body import RequestBody
 from dataplane.router.fleet.workers import Worker
 from dataplane.router.headers import Headers
-from dataplane.router.metrics import CLIENT_GONE, OK, RouterMetrics, RouteStats
+from dataplane.router.metrics import CLIENT_GONE, RouterMetrics, RouteStats, count_outcome
 from dataplane.router.path.relay import CLIENT_CLOSED, StreamRelay, outcome_of, passes_through, relay_rest
 from dataplane.router.upstream.base import UpstreamResponse
 from dataplane.router.upstream.h1.connection import H1Response
@@ -220,13 +220,14 @@ class Exchange:
                 responder.respond(status, headers + extra if extra else headers, complete)
             if worker.consecutive_failures:  # record_success() only matters after failures
                 worker.record_success()
-            self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, OK)
+            worker.outcomes.ok += 1
             timing.duration.observe(waited)  # the whole answer came with its head
         except Exception:
             self._bug()
             return
         self._slot.release()
-        self._stats.observe(status, perf_counter() - self._started, self._responder)
+        # The answer went out with its head: its end is when the head came (one clock read).
+        self._stats.observe(status, waited, self._responder)
 
     def _relay_here(self, response: H1Response, headers: Headers, sse: bool) -> None:
         proxy = self._proxy
@@ -254,7 +255,7 @@ class Exchange:
         worker.work -= self._work
         try:
             worker.record_failure()
-            self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(error))
+            count_outcome(worker.outcomes, outcome_of(error))
             resend = self.resend
             if resend is not None and isinstance(error, UpstreamUnreachable):
                 # Nothing reached the worker: another one may answer (SPEC §5), from a task.
@@ -287,7 +288,7 @@ class Exchange:
         try:
             if conn is not None:
                 conn.abandon()  # mid-exchange: the connection cannot be reused
-            self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
+            count_outcome(worker.outcomes, CLIENT_GONE)
             self._responder.abort()
         except Exception:
             self._bug()

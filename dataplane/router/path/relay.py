@@ -31,7 +31,14 @@ from dataplane.http import ClientDisconnected, Request, Responder, answer_intern
 from dataplane.router.admission import Slot
 from dataplane.router.fleet.workers import Worker
 from dataplane.router.headers import Headers
-from dataplane.router.metrics import BODY_INCOMPLETE, CLIENT_GONE, OK, TIMEOUT, RouterMetrics, RouteStats
+from dataplane.router.metrics import (
+    BODY_INCOMPLETE,
+    CLIENT_GONE,
+    TIMEOUT,
+    RouterMetrics,
+    RouteStats,
+    count_outcome,
+)
 from dataplane.router.upstream.base import BodySink, UpstreamResponse
 from dataplane.router.upstream.h1.connection import H1Response
 
@@ -86,11 +93,11 @@ async def relay(
     except ClientDisconnected:
         response.abort()
         responder.abort()
-        metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
+        count_outcome(worker.outcomes, CLIENT_GONE)
         return CLIENT_CLOSED
     except (UpstreamBodyIncomplete, UpstreamTimeout) as failed:
         worker.record_failure()
-        metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(failed))
+        count_outcome(worker.outcomes, outcome_of(failed))
         if not responder.started:
             return responder.answer_error(failed, extra)
         if sse:
@@ -105,10 +112,10 @@ async def relay(
         return failed.status
     except BaseException:
         response.abort()
-        metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
+        count_outcome(worker.outcomes, CLIENT_GONE)
         raise
     worker.record_success()
-    metrics.upstream_outcome(worker.url, worker.protocol, OK)
+    worker.outcomes.ok += 1
     return status
 
 
@@ -261,7 +268,7 @@ class StreamRelay(BodySink):
             self._responder.send_last(last)  # with the end: one write
             if worker.consecutive_failures:  # record_success() only matters after failures
                 worker.record_success()
-            self._metrics.upstream_outcome(worker.url, worker.protocol, OK)
+            worker.outcomes.ok += 1
             self._metrics.timing[worker.protocol].duration.observe(perf_counter() - self._started)
         except Exception:
             self._bug()
@@ -275,7 +282,7 @@ class StreamRelay(BodySink):
         responder = self._responder
         try:
             worker.record_failure()
-            self._metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(error))
+            count_outcome(worker.outcomes, outcome_of(error))
             status = error.status
             if self._sse:  # SPEC §5: a final SSE error event ends the stream
                 if responder.disconnected:
@@ -321,7 +328,7 @@ class StreamRelay(BodySink):
             self._response.abort()
             self._responder.abort()
             worker = self._worker
-            self._metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
+            count_outcome(worker.outcomes, CLIENT_GONE)
         except Exception:
             self._bug()
             return
