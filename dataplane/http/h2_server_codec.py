@@ -51,7 +51,6 @@ from dataplane.http.h2_frames import (
     FRAME_SIZE_ERROR,
     GOAWAY,
     HEADERS,
-    MAX_STREAM_ID,
     MAX_WINDOW,
     OCTETS,
     PADDED,
@@ -367,7 +366,9 @@ class ServerCodec:
                 break
             kind = buf[pos + 3]
             flags = buf[pos + 4]
-            sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & MAX_STREAM_ID
+            # The reserved bit cleared (RFC 9113 §4.1); from the octets: compiled,
+            # ``int.from_bytes`` is a generic call and its slice a copy.
+            sid = ((buf[pos + 5] & 0x7F) << 24) | (buf[pos + 6] << 16) | (buf[pos + 7] << 8) | buf[pos + 8]
             payload = buf[pos + 9 : end]
             pos = end
             if self._continuation is not None and kind != CONTINUATION:

@@ -486,6 +486,19 @@ def test_frame_headers_carry_any_length_and_stream_id() -> None:
         assert len(data) == 9 + n
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**30 - 1), st.booleans())
+def test_the_reserved_bit_of_a_stream_id_is_ignored(half: int, reserved: bool) -> None:
+    """RFC 9113 §4.1: the stream id is the low 31 bits; the reserved bit is ignored on receipt."""
+    sid = 2 * half + 1
+    codec, listener = _started()
+    raw = (sid | (reserved << 31)).to_bytes(4, "big")
+    head = _frame(1, 4, 0, _block(REQUEST))[:5]
+    codec.feed(head + raw + _block(REQUEST) + b"\x00\x00\x02\x00\x01" + raw + b"ab")
+    assert listener.requests == {sid: (REQUEST, False)} and listener.data == {sid: b"ab"}
+    assert codec.highest_stream_id == sid and sid in listener.ended
+
+
 _frame_st = st.builds(
     _frame,
     st.integers(0, 11),
