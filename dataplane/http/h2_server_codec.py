@@ -36,7 +36,9 @@ queues RST_STREAM and tells the listener (``on_stream_error``).
 
 from __future__ import annotations
 
-from typing import Final, Protocol
+from typing import Final
+
+from mypy_extensions import mypyc_attr
 
 from dataplane.http.h2_frames import (
     ACK,
@@ -196,28 +198,40 @@ class StreamClosed(Exception):
     """Sending on a stream that is no longer open on our side (reset, or already ended)."""
 
 
-class ServerListener(Protocol):
+# Compiled (scripts/build_mypyc.sh), a native base class rather than a Protocol: the codec's
+# calls (two per request) are vtable calls, not lookups by name with boxed arguments. Test and
+# bench listeners are interpreted subclasses.
+@mypyc_attr(allow_interpreted_subclasses=True)
+class ServerListener:
     """What the connection does with decoded frames (called from ``ServerCodec.feed``)."""
 
-    def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None: ...
-    def on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None: ...
-    def on_trailers(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None: ...
-    def on_malformed_block(self, stream_id: int) -> None: ...
+    def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None:
+        raise NotImplementedError
+
+    def on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
+        raise NotImplementedError
+
+    def on_trailers(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
+        raise NotImplementedError
+
+    def on_malformed_block(self, stream_id: int) -> None:
+        raise NotImplementedError
+
     def on_client_reset(self, stream_id: int) -> bool:
         """The client reset an open stream; True to stop reading (the connection is ending)."""
-        ...
+        raise NotImplementedError
 
     def on_stream_error(self, stream_id: int) -> None:
         """The codec reset an open stream for the client's violation (§5.4.2)."""
-        ...
+        raise NotImplementedError
 
     def on_window(self, stream_id: int) -> None:
         """More send window on ``stream_id`` (0: the connection's, or every stream's)."""
-        ...
+        raise NotImplementedError
 
     def on_peer_goaway(self, code: int) -> bool:
         """The client's GOAWAY; True to stop reading (the connection is ending)."""
-        ...
+        raise NotImplementedError
 
 
 class _HeaderDecoder:

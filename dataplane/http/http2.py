@@ -40,7 +40,7 @@ from dataplane.http.h2_frames import (
     H2ProtocolError,
 )
 from dataplane.http.h2_guard import FrameGuard
-from dataplane.http.h2_server_codec import ServerCodec
+from dataplane.http.h2_server_codec import ServerCodec, ServerListener
 from dataplane.http.http2_output import Http2Output
 from dataplane.http.http2_responder import H2Responder
 from dataplane.http.request import Request, dispatch
@@ -65,7 +65,7 @@ class Http2Connection(Http2Output):
         # Our settings take effect at once (streams are created with these windows); the peer
         # applies them when it reads our SETTINGS.
         self.codec = ServerCodec(
-            self,
+            _Events(self),
             max_concurrent_streams=limits.h2_max_concurrent_streams,
             # No more credit than the connection may hold of bodies still arriving (RFC 9113's
             # default window of 65535 at least; past the limit a stream is refused).
@@ -360,3 +360,41 @@ class Http2Connection(Http2Output):
     def kill(self) -> None:
         if self.transport is not None:
             self.transport.abort()
+
+
+class _Events(ServerListener):
+    """The codec's listener: each event goes to the connection's method of the same name.
+
+    An object of its own because the connection's single native base chain is taken
+    (``Http2Output`` -> ``StreamHost`` -> ``WriteBackpressure``); compiled, the codec's call and
+    this one are both vtable calls (through a Protocol, the codec's was a lookup by name).
+    """
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: Http2Connection) -> None:
+        self._conn = conn
+
+    def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None:
+        self._conn.on_request(stream_id, headers, end_stream)
+
+    def on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
+        self._conn.on_data(stream_id, data, end_stream)
+
+    def on_trailers(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self._conn.on_trailers(stream_id, headers)
+
+    def on_malformed_block(self, stream_id: int) -> None:
+        self._conn.on_malformed_block(stream_id)
+
+    def on_client_reset(self, stream_id: int) -> bool:
+        return self._conn.on_client_reset(stream_id)
+
+    def on_stream_error(self, stream_id: int) -> None:
+        self._conn.on_stream_error(stream_id)
+
+    def on_window(self, stream_id: int) -> None:
+        self._conn.on_window(stream_id)
+
+    def on_peer_goaway(self, code: int) -> bool:
+        return self._conn.on_peer_goaway(code)

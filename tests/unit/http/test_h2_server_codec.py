@@ -23,7 +23,7 @@ from dataplane.http.h2_frames import (
     H2ProtocolError,
     frame,
 )
-from dataplane.http.h2_server_codec import ServerCodec, StreamClosed, encode_response
+from dataplane.http.h2_server_codec import ServerCodec, ServerListener, StreamClosed, encode_response
 
 REQUEST = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"t"), (b":path", b"/x")]
 CLIENT_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an empty SETTINGS frame
@@ -37,7 +37,7 @@ def _block(fields: list[tuple[bytes, bytes]]) -> bytes:
     return hpack.Encoder().encode(fields)
 
 
-class Listener:
+class Listener(ServerListener):
     """A ServerListener that records every callback."""
 
     def __init__(self) -> None:
