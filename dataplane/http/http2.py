@@ -91,7 +91,13 @@ class Http2Connection(Http2Output):
         self._max_in_transit = ctx.limits.max_connection_body_bytes
         self._in_transit = 0  # bytes of bodies still arriving on this connection
         self._data_frames = 0  # DATA frames sent (the WINDOW_UPDATE flood limit is relative to them)
-        self._guard = FrameGuard(ctx.limits, ctx.loop.time, self._data_frames_sent)
+        self._now = ctx.loop.time
+        self._guard = FrameGuard(ctx.limits, self._now, self._data_frames_sent)
+        # Requests whose body was still arriving at the end of a read: their read deadlines are
+        # armed then (``_arm_read_deadlines``), one clock read for the lot, none for a request
+        # whose DATA came with its HEADERS. The first such stream, and whether there were more.
+        self._to_arm: H2Responder | None = None
+        self._arm_many = False
         self._cut = False  # ended for a framing error or a flood: input is ignored
         # Checked request blocks by the identity of the codec's decoded list (``on_request``).
         self._parsed: dict[int, tuple[list[tuple[bytes, bytes]], bytes, bytes, Headers, int]] = {}
@@ -104,7 +110,7 @@ class Http2Connection(Http2Output):
         set_nodelay(transport)
         self._ctx.connections.add(self)
         self._flush()
-        self._deadline = self.loop.time() + self.limits.idle_timeout_s
+        self._deadline = self._now() + self.limits.idle_timeout_s
         if self._ctx.draining:  # handed over from HTTP/1.1 detection while the server drains
             self.shutdown()
 
@@ -129,6 +135,8 @@ class Http2Connection(Http2Output):
             return
         finally:
             self._feeding = False
+        if self._to_arm is not None:
+            self._arm_read_deadlines()
         if self.codec.out:
             self._flush()
 
@@ -193,7 +201,24 @@ class Http2Connection(Http2Output):
         if end_stream:
             self._request_ended(resp)
         else:
-            resp._deadline = self.loop.time() + self.limits.read_timeout_s
+            resp._deadline = -1.0  # armed at the end of this read if the body is still arriving
+            if self._to_arm is None:
+                self._to_arm = resp
+            else:
+                self._arm_many = True
+
+    def _arm_read_deadlines(self) -> None:
+        """``read_timeout_s`` from now for the requests begun in this read and not complete."""
+        first, self._to_arm = self._to_arm, None
+        assert first is not None
+        if self._arm_many:
+            self._arm_many = False
+            deadline = self._now() + self.limits.read_timeout_s
+            for resp in self._streams.values():
+                if resp._deadline < 0:
+                    resp._deadline = deadline
+        elif first._deadline < 0:
+            first._deadline = self._now() + self.limits.read_timeout_s
 
     def on_data(self, sid: int, data: bytes, end_stream: bool) -> None:
         resp = self._streams.get(sid)
@@ -335,7 +360,7 @@ class Http2Connection(Http2Output):
                 self._goaway_and_close()
             return
         for resp in list(self._streams.values()):
-            if resp._deadline and now >= resp._deadline and resp._body is not None:
+            if resp._deadline > 0 and now >= resp._deadline and resp._body is not None:
                 self._refuse(resp, TIMED_OUT)
         self._flush()
 

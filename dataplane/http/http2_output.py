@@ -9,6 +9,7 @@ round-robin. A streaming writer waits once ``h2_stream_buffer_bytes`` of its ans
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from dataplane.http.context import ServerContext
 from dataplane.http.h2_server_codec import StreamClosed
@@ -35,6 +36,7 @@ class Http2Output(StreamHost):
     _answered: int
     _data_frames: int
     _in_transit: int
+    _now: Callable[[], float]  # the loop's clock, bound once (compiled: no lookup by name per read)
 
     def release_body(self, resp: H2Responder) -> None:
         """``resp``'s request body is no longer held: dropped, or its answer is done."""
@@ -136,7 +138,11 @@ class Http2Output(StreamHost):
     def stream_done(self, resp: H2Responder) -> None:
         if resp._rst_code is not None:
             self.codec.reset_stream(resp._sid, resp._rst_code)  # nothing if the stream is closed
-        if self._streams.pop(resp._sid, None) is not None:
+        streams = self._streams
+        sid = resp._sid
+        # ``in`` + ``del``, not ``pop(sid, None)``: compiled, dict.pop is a call by name.
+        if sid in streams:
+            del streams[sid]
             if resp._body_bytes:
                 self.release_body(resp)
             self._answered += 1
@@ -149,10 +155,27 @@ class Http2Output(StreamHost):
             self.schedule_flush()
             self.loop.call_soon(self._close_transport)
         else:
-            self._deadline = self.loop.time() + self.limits.idle_timeout_s
+            self._deadline = self._now() + self.limits.idle_timeout_s
 
     def schedule_flush(self) -> None:
+        """Send what the codec has queued once per loop turn (inside ``data_received``: at its
+        end), the frames of several streams in one write."""
         if not self._flush_scheduled and not self._feeding:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def flush_for(self, resp: H2Responder) -> None:
+        """``schedule_flush`` after ``resp`` queued frames, but at once while no other stream is
+        open: then no other stream's frames could join the write within the loop turn, and a
+        client sending one request at a time gets each answer without a call_soon and a loop
+        turn in between."""
+        if self._feeding:
+            return
+        streams = self._streams
+        n = len(streams)
+        if n == 0 or (n == 1 and resp._sid in streams):
+            self._flush()
+        elif not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
 

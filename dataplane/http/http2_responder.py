@@ -51,6 +51,10 @@ class StreamHost(WriteBackpressure):
         """Send what the codec has queued, once per loop iteration."""
         raise NotImplementedError
 
+    def flush_for(self, resp: H2Responder) -> None:
+        """``schedule_flush`` after ``resp`` queued frames (at once if no other stream is open)."""
+        raise NotImplementedError
+
 
 class H2Responder(Responder):
     """One h2 stream: its request while it arrives, then its answer (see ``Responder``)."""
@@ -123,7 +127,7 @@ class H2Responder(Responder):
                 conn.send_body(self, body, True)
         except StreamClosed:
             conn.on_reset(self._sid)
-        conn.schedule_flush()
+        conn.flush_for(self)
 
     def start(self, status: int, headers: Headers) -> None:
         if self._state:
@@ -140,7 +144,7 @@ class H2Responder(Responder):
             conn.codec.send_headers(self._sid, block, False)
         except StreamClosed:
             conn.on_reset(self._sid)
-        conn.schedule_flush()
+        conn.flush_for(self)
 
     async def write(self, chunk: bytes) -> None:
         if self._state != STREAMING:
@@ -155,7 +159,7 @@ class H2Responder(Responder):
         except StreamClosed:
             conn.on_reset(self._sid)
             raise ClientDisconnected from None
-        conn.schedule_flush()
+        conn.flush_for(self)
         pending = self._pending
         if pending is not None and len(pending) > conn.limits.h2_stream_buffer_bytes:
             fut = self._flow_waiter = conn.loop.create_future()
@@ -191,7 +195,7 @@ class H2Responder(Responder):
             conn.on_reset(self._sid)
             return
         conn.stream_done(self)
-        conn.schedule_flush()
+        conn.flush_for(self)
 
     def abort(self) -> None:
         if self._state == DONE and self._pending is None:
@@ -202,7 +206,7 @@ class H2Responder(Responder):
             return
         conn.codec.reset_stream(self._sid, INTERNAL_ERROR)
         conn.on_reset(self._sid)
-        conn.schedule_flush()
+        conn.flush_for(self)
 
     @property
     def started(self) -> bool:
