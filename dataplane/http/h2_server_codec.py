@@ -141,20 +141,65 @@ _LENGTHS: Final[dict[int, bytes]] = {}
 _LENGTHS_MAX: Final = 1024
 
 
+class _LastAnswer:
+    """The previous answer's status, fields and block (``encode_response``)."""
+
+    __slots__ = ("block", "fields", "status")
+
+    def __init__(self) -> None:
+        self.status = 0  # no answer yet
+        self.fields: Headers = []
+        self.block = b""
+
+
+# Before the table, the previous answer: a worker's answers repeat their header list, and the
+# values arrive as new bytes objects each time, so a table lookup hashes every value anew and
+# compares it once more; comparing with the previous answer's fields is the compare alone.
+_LAST: Final = _LastAnswer()
+
+
+def _same_fields(fields: Headers, last: Headers) -> bool:
+    n = len(fields)
+    if n != len(last):
+        return False
+    for i in range(n):
+        # Compiled, a field is read as two references (no tuple: ``is`` on it would box one).
+        name, value = fields[i]
+        seen_name, seen_value = last[i]
+        if name != seen_name or value != seen_value:
+            return False
+    return True
+
+
 def encode_response(status: int, headers: Headers, content_length: int | None) -> bytes:
     """The HPACK block of an answer (RFC 7541 §6.1, §6.2.2): ``:status``, the fields that are not
     connection-specific (RFC 9113 §8.2.2), then ``content-length`` if given. No encoder state.
     Raises ``ValueError`` for an impossible status (before anything is sent)."""
-    key = (status, tuple(headers))
-    block = _BLOCKS.get(key)
-    if block is None:
-        block = _encode_fields(status, headers)
-        if len(block) <= _BLOCK_CACHED_MAX:
+    last = _LAST
+    if status == last.status and _same_fields(headers, last.fields):
+        block = last.block
+    else:
+        key = (status, tuple(headers))
+        cached = _BLOCKS.get(key)
+        if cached is None:
+            block = _encode_fields(status, headers)
+            if len(block) > _BLOCK_CACHED_MAX:
+                return block if content_length is None else block + _length_field(content_length)
             if len(_BLOCKS) >= _BLOCKS_MAX:
                 _BLOCKS.clear()
             _BLOCKS[key] = block
+        else:
+            block = cached
+        last.status = status
+        last.fields = list(headers)  # a copy: the caller may reuse its list
+        last.block = block
     if content_length is None:
         return block
+    return block + _length_field(content_length)
+
+
+def _length_field(content_length: int) -> bytes:
+    """``content-length: N`` (literal without indexing, static name), cached by N."""
     field = _LENGTHS.get(content_length)
     if field is None:
         digits = b"%d" % content_length
@@ -162,7 +207,7 @@ def encode_response(status: int, headers: Headers, content_length: int | None) -
         if len(_LENGTHS) >= _LENGTHS_MAX:
             _LENGTHS.clear()
         _LENGTHS[content_length] = field
-    return block + field
+    return field
 
 
 def _encode_fields(status: int, headers: Headers) -> bytes:

@@ -478,6 +478,46 @@ def test_repeated_answer_headers_encode_the_same_and_the_cache_stays_bounded() -
     assert len(h2_server_codec._LENGTHS) <= h2_server_codec._LENGTHS_MAX
 
 
+_answer_field = st.tuples(
+    st.sampled_from([b"content-type", b"x-a", b"connection", b"date", b"x-" + b"n" * 130]),
+    st.sampled_from([b"", b"1", b"application/json", b"v" * 200, b"w" * 900]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([200, 200, 404, 299]),
+            st.lists(_answer_field, max_size=3),
+            st.none() | st.integers(0, 3000),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_cached_answer_blocks_are_the_blocks_encoded_afresh(
+    answers: list[tuple[int, list[tuple[bytes, bytes]], int | None]],
+) -> None:
+    """Whatever answers came before (the same list again, equal fields as new objects, the
+    caller's list changed after the call), a block is the one encoded without any cache."""
+    decode = hpack.Decoder().decode
+
+    def afresh(status: int, fields: list[tuple[bytes, bytes]], length: int | None) -> bytes:
+        block = h2_server_codec._encode_fields(status, fields)
+        return block if length is None else block + encode_response(204, [], length)[1:]
+
+    for status, fields, length in answers:
+        expected = afresh(status, fields, length)
+        copy = [(bytes(bytearray(n)), bytes(bytearray(v))) for n, v in fields]  # equal, not identical
+        assert encode_response(status, fields, length) == expected
+        assert encode_response(status, copy, length) == expected
+        fields.append((b"x-later", b"changed"))  # the caller reuses its list for another answer
+        assert encode_response(status, fields, length) == afresh(status, fields, length)
+        assert encode_response(status, copy, length) == expected
+        assert decode(expected, raw=True)[0] == (b":status", b"%d" % status)
+
+
 def test_frame_headers_carry_any_length_and_stream_id() -> None:
     """The 9-octet frame header (RFC 9113 §4.1) for lengths up to 2^24-1 and stream ids up to 2^31-1."""
     for n, sid in ((0, 1), (16383, 3), (16384, 2**31 - 1), (70000, 2**30 + 1), (2**24 - 1, 5)):
