@@ -349,6 +349,7 @@ class ServerCodec:
         "_stream_window",
         "_streams",
         "conn_send_window",
+        "data_frames",
         "highest_stream_id",
         "out",
         "peer_initial_window",
@@ -382,6 +383,7 @@ class ServerCodec:
         self._conn_recv = self._conn_recv_max
         self._conn_unacked = 0
         self.highest_stream_id = 0
+        self.data_frames = 0  # DATA frames sent (h2_guard's WINDOW_UPDATE limit is relative to them)
         # The client's settings (RFC 9113 §6.5.2 defaults until its SETTINGS arrives).
         self.peer_initial_window = DEFAULT_WINDOW
         self.peer_max_frame = 16384
@@ -719,6 +721,7 @@ class ServerCodec:
             return False
         stream.send -= n
         self.conn_send_window -= n
+        self.data_frames += 1
         # Each frame header (RFC 9113 §4.1: length, type, flags, stream id) as one integer: one
         # conversion each, no tuple of small ints.
         m = len(block)
@@ -738,7 +741,7 @@ class ServerCodec:
             del self._streams[sid]
         return True
 
-    def send_data(self, sid: int, data: bytes | bytearray | memoryview, end_stream: bool) -> None:
+    def send_data(self, sid: int, data: bytes, end_stream: bool) -> None:
         """One DATA frame; ``data`` must fit ``window(sid)`` and the client's frame size."""
         stream = self._streams.get(sid)
         if stream is None:
@@ -746,10 +749,47 @@ class ServerCodec:
         n = len(data)
         stream.send -= n
         self.conn_send_window -= n
+        self.data_frames += 1
         head = (n << 48) | (_DATA_END_STREAM if end_stream else 0) | sid
         self.out.append(head.to_bytes(9, "big") + data)
         if end_stream:
             self._local_end(sid)
+
+    def send_fitting(self, sid: int, data: bytes, end_stream: bool) -> int:
+        """DATA frames of ``data`` from its start as far as the windows and the client's frame
+        size allow, END_STREAM on the last if all of it went and ``end_stream`` (an empty
+        ``data``: one empty frame then); the octets sent. ``window`` + ``send_data`` in one
+        stream lookup, for the common case of a chunk that fits."""
+        stream = self._streams.get(sid)
+        if stream is None:
+            raise StreamClosed(sid)
+        total = len(data)
+        limit = self.peer_max_frame
+        offset = 0
+        while offset < total:
+            n = stream.send
+            conn = self.conn_send_window
+            if conn < n:
+                n = conn
+            if n <= 0:
+                break
+            if n > limit:
+                n = limit
+            if n > total - offset:
+                n = total - offset
+            stream.send -= n
+            self.conn_send_window -= n
+            self.data_frames += 1
+            end = end_stream and offset + n == total
+            head = (n << 48) | (_DATA_END_STREAM if end else 0) | sid
+            self.out.append(head.to_bytes(9, "big") + (data if n == total else data[offset : offset + n]))
+            offset += n
+        if offset == total and end_stream:
+            if not total:
+                self.data_frames += 1
+                self.out.append((_DATA_END_STREAM | sid).to_bytes(9, "big"))
+            self._local_end(sid)
+        return offset
 
     def _local_end(self, sid: int) -> None:
         stream = self._streams[sid]

@@ -90,7 +90,6 @@ class Http2Connection(Http2Output):
         self._max_held = ctx.limits.max_buffered_body_bytes
         self._max_in_transit = ctx.limits.max_connection_body_bytes
         self._in_transit = 0  # bytes of bodies still arriving on this connection
-        self._data_frames = 0  # DATA frames sent (the WINDOW_UPDATE flood limit is relative to them)
         self._now = ctx.loop.time
         self._guard = FrameGuard(ctx.limits, self._now, self._data_frames_sent)
         # Requests whose body was still arriving at the end of a read: their read deadlines are
@@ -338,7 +337,7 @@ class Http2Connection(Http2Output):
     # -- floods ---------------------------------------------------------------------------------
 
     def _data_frames_sent(self) -> int:
-        return self._data_frames
+        return self.codec.data_frames
 
     def _cut_off(self, code: int) -> None:
         """A frame too large, or a flood (``h2_guard``): GOAWAY with ``code``, then close."""

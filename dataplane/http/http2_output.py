@@ -34,7 +34,6 @@ class Http2Output(StreamHost):
     _goaway_sent: bool
     _peer_goaway: bool
     _answered: int
-    _data_frames: int
     _in_transit: int
     _now: Callable[[], float]  # the loop's clock, bound once (compiled: no lookup by name per read)
 
@@ -73,27 +72,12 @@ class Http2Output(StreamHost):
             pending += data
             resp._end_pending = end
             return
-        codec = self.codec
-        sid = resp._sid
-        total = len(data)
-        offset = 0
-        max_frame = codec.peer_max_frame
-        while offset < total:
-            window = codec.window(sid)
-            if window <= 0:
-                break
-            n = min(window, max_frame, total - offset)
-            last = offset + n == total
-            codec.send_data(sid, data if n == total else data[offset : offset + n], end and last)
-            self._data_frames += 1
-            offset += n
-        if offset < total:
-            resp._pending = bytearray(memoryview(data)[offset:])
+        sent = self.codec.send_fitting(resp._sid, data, end)
+        if sent < len(data):
+            resp._pending = bytearray(memoryview(data)[sent:])
             resp._end_pending = end
-            self._blocked[sid] = resp
+            self._blocked[resp._sid] = resp
         elif end:
-            if not total:
-                codec.send_data(sid, b"", True)
             self.stream_done(resp)
 
     def _send_pending(self, resp: H2Responder) -> None:
@@ -105,14 +89,16 @@ class Http2Output(StreamHost):
         max_frame = codec.peer_max_frame
         try:
             while pending:
-                window = codec.window(sid)
-                if window <= 0:
+                n = codec.window(sid)
+                if n <= 0:
                     break
-                n = min(window, max_frame, len(pending))
+                if n > max_frame:
+                    n = max_frame
+                if n > len(pending):
+                    n = len(pending)
                 chunk = bytes(pending[:n])
                 del pending[:n]  # O(1) at the front of a bytearray
                 codec.send_data(sid, chunk, resp._end_pending and not pending)
-                self._data_frames += 1
         except StreamClosed:
             self.on_reset(sid)
             return
@@ -132,7 +118,6 @@ class Http2Output(StreamHost):
         self.schedule_flush()
 
     def sent_whole(self, resp: H2Responder) -> None:
-        self._data_frames += 1
         self.stream_done(resp)
 
     def stream_done(self, resp: H2Responder) -> None:

@@ -561,6 +561,51 @@ def test_hostile_frames_only_ever_raise_protocol_errors(frames: list[bytes]) -> 
         pass
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 70_000),
+    st.integers(0, 70_000),
+    st.sampled_from([16384, 20000, 1 << 16]),
+    st.integers(0, 150_000),
+    st.booleans(),
+)
+def test_send_fitting_sends_what_the_windows_and_the_frame_size_allow(
+    stream_window: int, conn_window: int, max_frame: int, size: int, end: bool
+) -> None:
+    """DATA frames carry the start of the data, each within the client's frame size, as much as
+    both windows allow; END_STREAM only on the last frame and only once all of it went; the
+    windows and the DATA frame count follow."""
+    codec, _ = _codec()
+    settings = b"\x00\x04" + stream_window.to_bytes(4, "big") + b"\x00\x05" + max_frame.to_bytes(4, "big")
+    codec.feed(PREFACE + _frame(4, 0, 0, settings) + _frame(1, 5, 1, _block(REQUEST)))
+    codec.conn_send_window = conn_window
+    codec.take_output()
+    data = bytes(i % 251 for i in range(size))
+    sent = codec.send_fitting(1, data, end)
+    frames = _frames(codec.take_output())
+    assert sent == min(size, stream_window, conn_window)
+    assert all(kind == 0 and sid == 1 and len(p) <= max_frame for kind, _, sid, p in frames)
+    assert b"".join(p for *_, p in frames) == data[:sent]
+    ended = end and sent == size
+    assert [flags for _, flags, _, _ in frames] == [0] * (len(frames) - ended) + [1] * ended
+    assert codec.data_frames == len(frames)
+    assert codec.window(1) == (min(stream_window, conn_window) - sent if not ended else 0)
+    assert codec.is_open(1) == (not ended)
+
+
+def test_send_fitting_on_a_closed_stream_raises() -> None:
+    """A stream reset (or never opened) is StreamClosed, nothing queued."""
+    codec, _ = _started()
+    with pytest.raises(StreamClosed):
+        codec.send_fitting(1, b"x", False)
+    codec.feed(_frame(1, 5, 1, _block(REQUEST)))
+    codec.reset_stream(1, 8)
+    codec.take_output()
+    with pytest.raises(StreamClosed):
+        codec.send_fitting(1, b"", True)
+    assert not codec.take_output()
+
+
 def test_a_small_answer_leaves_whole_or_not_at_all() -> None:
     """``answer`` sends HEADERS + one ending DATA frame when both fit the windows, else nothing (False)."""
     codec, _ = _started()
