@@ -293,29 +293,41 @@ class _HeaderDecoder:
     lists are shared: callers only read them.
     """
 
-    __slots__ = ("_decoded", "_decoder", "_generation")
+    __slots__ = ("_decoded", "_decoder", "_generation", "_last_block", "_last_fields")
 
     def __init__(self, max_header_list_size: int) -> None:
         self._decoder = Decoder(max_header_list_size=max_header_list_size)
         self._decoded: dict[bytes, list[tuple[bytes, bytes]]] = {}
         self._generation = 0
+        # The block decoded last, when cached (the same table generation): each block arrives
+        # as a new bytes object, so the table lookup hashes it anew; an equal compare does not.
+        self._last_block = b""
+        self._last_fields: list[tuple[bytes, bytes]] = []
 
     def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
         decoder = self._decoder
         generation = decoder.generation
         if generation == self._generation:
+            if block == self._last_block:
+                return self._last_fields
             cached = self._decoded.get(block)
             if cached is not None:
+                self._last_block = block
+                self._last_fields = cached
                 return cached
         else:
             self._decoded.clear()
             self._generation = generation
+            self._last_block = b""  # (an empty block decodes to no fields, table or not)
+            self._last_fields = []
         try:
             headers = decoder.decode(block)
         except HpackError as exc:
             raise H2ProtocolError(f"bad header block: {exc}", COMPRESSION_ERROR) from exc
         if decoder.generation == generation and len(self._decoded) < 256:
             self._decoded[block] = headers
+            self._last_block = block
+            self._last_fields = headers
         return headers
 
 

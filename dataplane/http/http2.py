@@ -98,8 +98,10 @@ class Http2Connection(Http2Output):
         self._to_arm: H2Responder | None = None
         self._arm_many = False
         self._cut = False  # ended for a framing error or a flood: input is ignored
-        # Checked request blocks by the identity of the codec's decoded list (``on_request``).
-        self._parsed: dict[int, tuple[list[tuple[bytes, bytes]], bytes, bytes, Headers, int]] = {}
+        # Checked request blocks by the identity of the codec's decoded list (``on_request``),
+        # the last one apart (one identity compare, no lookup).
+        self._parsed: dict[int, _Checked] = {}
+        self._last_checked: _Checked | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -174,23 +176,22 @@ class Http2Connection(Http2Output):
         # repeats its blocks): its checked form is kept, keyed by the list's identity (the entry
         # holds the list, so its id cannot be reused meanwhile); each request gets its own copy
         # of the headers.
-        key = id(fields)
-        parsed = self._parsed.get(key)
-        if parsed is not None and parsed[0] is fields:
-            _, method, path, checked, length = parsed
-            headers = list(checked)
-        else:
-            try:
-                method, path, headers, length = request_fields(fields)
-            except MalformedRequest as exc:
-                resp = self._streams[sid] = H2Responder(self, sid, b"", exc.target, [])
-                self._malformed(resp, exc)
-                return
-            if len(self._parsed) >= 64:
-                self._parsed.clear()
-            self._parsed[key] = (fields, method, path, headers, length)
-            headers = list(headers)
-        resp = H2Responder(self, sid, method, path, headers)
+        checked = self._last_checked
+        if checked is None or checked.fields is not fields:
+            checked = self._parsed.get(id(fields))
+            if checked is None or checked.fields is not fields:
+                try:
+                    method, path, headers, length = request_fields(fields)
+                except MalformedRequest as exc:
+                    resp = self._streams[sid] = H2Responder(self, sid, b"", exc.target, [])
+                    self._malformed(resp, exc)
+                    return
+                if len(self._parsed) >= 64:
+                    self._parsed.clear()
+                checked = self._parsed[id(fields)] = _Checked(fields, method, path, headers, length)
+            self._last_checked = checked
+        length = checked.length
+        resp = H2Responder(self, sid, checked.method, checked.path, list(checked.headers))
         self._streams[sid] = resp
         if length >= 0:
             resp._length = length
@@ -384,6 +385,21 @@ class Http2Connection(Http2Output):
     def kill(self) -> None:
         if self.transport is not None:
             self.transport.abort()
+
+
+class _Checked:
+    """A request header list that ``request_fields`` accepted, and what it gave."""
+
+    __slots__ = ("fields", "headers", "length", "method", "path")
+
+    def __init__(
+        self, fields: list[tuple[bytes, bytes]], method: bytes, path: bytes, headers: Headers, length: int
+    ) -> None:
+        self.fields = fields  # the codec's list (kept: its identity is the key)
+        self.method = method
+        self.path = path
+        self.headers = headers  # never handed out: each request gets a copy
+        self.length = length
 
 
 class _Events(ServerListener):

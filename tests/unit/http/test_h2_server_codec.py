@@ -618,6 +618,37 @@ def test_a_small_answer_leaves_whole_or_not_at_all() -> None:
     assert codec.window(3) == 65535 - 3
 
 
+_request_lists = st.lists(
+    st.sampled_from(
+        [
+            REQUEST,
+            [*REQUEST, (b"x-id", b"1")],
+            [*REQUEST, (b"x-id", b"2")],
+            [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"t"), (b":path", b"/y")],
+        ]
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_request_lists, st.lists(st.booleans(), min_size=12, max_size=12))
+def test_cached_blocks_always_decode_to_what_the_client_encoded(
+    requests: list[list[tuple[bytes, bytes]]], index: list[bool]
+) -> None:
+    """Blocks repeated, alternating, or changing the client's table (indexed or not): each
+    request's fields are the ones the client's encoder encoded."""
+    codec, listener = _started()
+    encoder = hpack.Encoder()
+    for i, fields in enumerate(requests):
+        sid = 2 * i + 1
+        sent = fields if index[i] else [hpack.NeverIndexedHeaderTuple(n, v) for n, v in fields]
+        codec.feed(_frame(1, 5, sid, encoder.encode(sent)))
+        assert listener.requests[sid][0] == fields
+        codec.send_headers(sid, b"\x89", True)
+
+
 def test_repeated_blocks_decode_once_until_the_table_changes() -> None:
     """A block seen before (the table unchanged) is decoded once; a block changing the table drops the cache."""
     codec, listener = _started()

@@ -121,3 +121,22 @@ async def test_read_deadlines_start_with_the_read_that_began_the_request() -> No
     assert _statuses(bytes(transport.out)) == {3: 200}
     conn.check_timeouts(after + 10.001)
     assert _statuses(bytes(transport.out)) == {3: 200, 1: 408, 5: 408}
+
+
+async def test_repeated_and_alternating_blocks_reach_the_handler_as_sent() -> None:
+    """Header blocks a client repeats (checked once, cached) still give each request its own
+    method, path and headers; a handler changing its request's headers changes no later one."""
+    seen: list[tuple[bytes, bytes, list[tuple[bytes, bytes]]]] = []
+
+    def record(request: Request, responder: Responder) -> None:
+        seen.append((request.method, request.path, list(request.headers)))
+        request.headers.append((b"x-added", b"by the handler"))
+        responder.respond(200, [], b"")
+
+    conn, _ = _connection(record)
+    encoder = hpack.Encoder()
+    paths = [b"/a", b"/b", b"/a", b"/a", b"/b"]
+    for i, path in enumerate(paths):
+        fields = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"t"), (b":path", path)]
+        conn.data_received(frame(HEADERS, END_HEADERS | END_STREAM, 2 * i + 1, encoder.encode(fields)))
+    assert seen == [(b"GET", path, [(b"host", b"t")]) for path in paths]
