@@ -49,8 +49,9 @@ class Case:
     """The router in process, its front door, the scripted worker (``streamed`` answers every
     streamed request; the warm-up gets a small JSON answer)."""
 
-    def __init__(self, streamed: Script) -> None:
+    def __init__(self, streamed: Script, *flags: str) -> None:
         self.streamed = streamed
+        self.flags = flags
         self.worker_conn_closed = asyncio.Event()
         self.router: Router | None = None
         self.front: HttpServer | None = None
@@ -79,7 +80,7 @@ class Case:
 
         self.worker = await asyncio.start_server(handle, "127.0.0.1", 0)
         url = f"http://127.0.0.1:{self.worker.sockets[0].getsockname()[1]}"
-        args = ["--listen", "127.0.0.1:0", "--worker", url]
+        args = ["--listen", "127.0.0.1:0", "--worker", url, *self.flags]
         self.router = Router(settings_from_args(build_parser().parse_args(args)))
         self.router.state.apply_workers([WorkerSpec(url, "http1", (MODEL,))])
         self.front = await start_server(self.router.proxy.handle, "127.0.0.1", 0)
@@ -228,8 +229,8 @@ async def test_an_h2c_client_gets_the_events_as_they_come_and_the_request_is_cou
 async def test_an_h2c_client_giving_no_credit_holds_the_worker_back_and_then_gets_everything() -> None:
     """A client that returns no flow-control credit (RFC 9113 §5.2) gets one window of the
     stream; the router queues at most its stream buffer more and stops reading from the worker
-    (whose writes stall far short of the stream); once the client gives credit, every event
-    arrives in order."""
+    (whose writes stall far short of the stream), past --upstream-idle-timeout-s (the wait is
+    the client's, not the worker's); once the client gives credit, every event arrives in order."""
     written = 0
 
     async def streamed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -242,7 +243,7 @@ async def test_an_h2c_client_giving_no_credit_holds_the_worker_back_and_then_get
         writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         await writer.drain()
 
-    async with Case(streamed) as case:
+    async with Case(streamed, "--upstream-idle-timeout-s", "0.3") as case:
         client = await _warm(case)
         sid = client.post(stream=True)
         async with asyncio.timeout(5):
