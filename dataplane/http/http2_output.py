@@ -2,8 +2,11 @@
 
 Outbound data beyond the peer's window (RFC 9113 §5.2) waits in a per-stream buffer until
 WINDOW_UPDATE, so one slow stream never blocks the others; streams still waiting are served
-round-robin. A streaming writer waits once ``h2_stream_buffer_bytes`` of its answer is queued
-(``H2Responder``). Frames queued in the codec leave in one write per loop turn (``schedule_flush``).
+round-robin. A streaming writer waits (``write``), or is told to hold its producer back
+(``send`` answers False until ``writable``), once ``h2_stream_buffer_bytes`` of its answer is
+queued (``H2Responder``). Frames queued in the codec leave at once while their stream is the only
+one open, else in one write per loop turn (``flush_for``, ``schedule_flush``); inside
+``data_received`` at its end.
 """
 
 from __future__ import annotations
