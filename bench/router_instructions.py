@@ -26,7 +26,7 @@ counted: bench/router_overhead.py measures that):
   row ``router-log``): the buffering per request, the timer's batches, their encoding and writes;
 - ``--stream``: the chat request with ``"stream": true``; the worker answers a chunked SSE stream
   of 16 token events and ``[DONE]``, one event per read (the row ``router-sse``): the relay's
-  per-chunk cost;
+  per-chunk cost; with ``--front-h2c`` also from the h2c client (the row ``h2c-router-sse``);
 - ``--workers N``: the chat request again on a router with N workers whose engine load views are
   FRESH (a control plane's, applied once), so the balancer scores N candidates per request
   (``least_load``; the row ``router-Nw``).
@@ -199,25 +199,31 @@ def _h2_answers(data: bytes) -> bytes:
 # The h2c client's side of the front door: its preface, SETTINGS and a connection window opened
 # wide (the answers would use up the 65535 of RFC 9113's default), then per request HEADERS
 # (:method POST and :scheme http fully indexed, the rest literal) and the body as one DATA frame.
-_FRONT_BODY = REQUEST[REQUEST.index(b"\r\n\r\n") + 4 :]
 _FRONT_START = _H2_PREFACE + _frame(4, 0, 0, b"") + _frame(8, 0, 0, (2**31 - 1 - 65535).to_bytes(4, "big"))
-_FRONT_BLOCK = (
-    b"\x83\x86"
-    + _hpack_literal(b":path", b"/v1/chat/completions")
-    + _hpack_literal(b":authority", b"127.0.0.1:8000")
-    + _hpack_literal(b"content-type", b"application/json")
-    + _hpack_literal(b"content-length", str(len(_FRONT_BODY)).encode())
-)
 
 
-_FRONT_HEADERS = _frame(1, 0x4, 0, _FRONT_BLOCK)[:5]
-_FRONT_DATA = _frame(0, 0x1, 0, _FRONT_BODY)[:5]
+def _front_template(request: bytes) -> tuple[bytes, ...]:
+    """The parts of one request's HEADERS + DATA around the stream id (``_front_request``)."""
+    body = request[request.index(b"\r\n\r\n") + 4 :]
+    block = (
+        b"\x83\x86"
+        + _hpack_literal(b":path", b"/v1/chat/completions")
+        + _hpack_literal(b":authority", b"127.0.0.1:8000")
+        + _hpack_literal(b"content-type", b"application/json")
+        + _hpack_literal(b"content-length", str(len(body)).encode())
+    )
+    return _frame(1, 0x4, 0, block)[:5], block, _frame(0, 0x1, 0, body)[:5], body
 
 
-def _front_request(stream_id: int) -> bytes:
+_FRONT = _front_template(REQUEST)
+_FRONT_SSE = _front_template(STREAM_REQUEST)
+
+
+def _front_request(stream_id: int, template: tuple[bytes, ...] = _FRONT) -> bytes:
     """HEADERS + DATA of one request (built from templates: the client's own cost stays small)."""
     sid = stream_id.to_bytes(4, "big")
-    return b"".join((_FRONT_HEADERS, sid, _FRONT_BLOCK, _FRONT_DATA, sid, _FRONT_BODY))
+    headers, block, data, body = template
+    return b"".join((headers, sid, block, data, sid, body))
 
 
 def _fresh_views(urls: list[str]) -> dict[str, Any]:
@@ -264,7 +270,11 @@ async def _drive(mode: str, n: int) -> None:
         router = Router(settings_from_args(build_parser().parse_args(args)))
         router.state.apply_workers([WorkerSpec(url, "h2c", (MODEL,))])
         handler: Any = router.proxy.handle
-    elif mode in ROUTE_REQUESTS or workers or mode in ("h2c-router", "router-log", "router-sse"):
+    elif (
+        mode in ROUTE_REQUESTS
+        or workers
+        or mode in ("h2c-router", "h2c-router-sse", "router-log", "router-sse")
+    ):
         urls = [f"http://127.0.0.1:{9 + i}" for i in range(max(1, workers))]
         args = ["--listen", "127.0.0.1:0", "--worker", urls[0], "--override-sampling-params", CONTRACT]
         if mode == "router-log":
@@ -287,7 +297,7 @@ async def _drive(mode: str, n: int) -> None:
     done = loop.create_future()
     answered = 0
     if mode.startswith("h2c-"):
-        await _drive_h2c(loop, handler, n, done)
+        await _drive_h2c(loop, handler, n, done, _FRONT_SSE if mode == "h2c-router-sse" else _FRONT)
         return
     client = Http1Connection(ServerContext(handler, ServerLimits(), loop))
 
@@ -316,7 +326,9 @@ async def _drive(mode: str, n: int) -> None:
         await router.access_log.stop()  # type: ignore[union-attr]  # the last batch: encoded and written
 
 
-async def _drive_h2c(loop: asyncio.AbstractEventLoop, handler: Any, n: int, done: Any) -> None:
+async def _drive_h2c(
+    loop: asyncio.AbstractEventLoop, handler: Any, n: int, done: Any, template: tuple[bytes, ...]
+) -> None:
     """The ``h2c-*`` rows: one h2c client connection of the front door, one stream at a time."""
     from dataplane.http import ServerLimits
     from dataplane.http.context import ServerContext
@@ -352,11 +364,11 @@ async def _drive_h2c(loop: asyncio.AbstractEventLoop, handler: Any, n: int, done
             done.set_result(None)
             return
         stream_id += 2
-        request, settings_ack = settings_ack + _front_request(stream_id), b""
+        request, settings_ack = settings_ack + _front_request(stream_id, template), b""
         loop.call_soon(server.data_received, request)
 
     server.connection_made(MemoryTransport(on_bytes))  # type: ignore[arg-type]
-    loop.call_soon(server.data_received, _FRONT_START + _front_request(stream_id))
+    loop.call_soon(server.data_received, _FRONT_START + _front_request(stream_id, template))
     await done
 
 
@@ -451,7 +463,7 @@ def main() -> int:
 
         gc.collect()
         gc.freeze()
-        answer = UPSTREAM_SSE if args.inner == "router-sse" else [UPSTREAM_ANSWER]
+        answer = UPSTREAM_SSE if args.inner.endswith("-sse") else [UPSTREAM_ANSWER]
         uvloop.run(_drive(args.inner, args.requests), loop_factory=lambda: _memory_loop(answer))
         return 0
     if shutil.which("valgrind") is None:
@@ -468,6 +480,8 @@ def main() -> int:
         modes.append("router-log")
     if args.stream:
         modes.append("router-sse")
+        if args.front_h2c:
+            modes.append("h2c-router-sse")
     if args.workers:
         modes.append(f"router-{args.workers}w")
     for mode in modes:
