@@ -42,6 +42,7 @@ import asyncio
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -180,19 +181,29 @@ _H2_ANSWER_BLOCK = (
 )
 
 
+# The answer's two frames around the stream id (``_h2_answers``): HEADERS then DATA.
+_H2_ANSWER_HEADERS = _frame(1, 0x4, 0, _H2_ANSWER_BLOCK)[:5]  # END_HEADERS
+_H2_ANSWER_MIDDLE = _H2_ANSWER_BLOCK + _frame(0, 0x1, 0, _ANSWER_BODY)[:5]  # END_STREAM
+_FRAME_HEAD = struct.Struct(">HBBxI")  # a frame header: length (16 + 8 bits), type, stream id
+
+
 def _h2_answers(data: bytes) -> bytes:
-    """The worker's frames for every request HEADERS frame in what the router wrote."""
-    if data.startswith(_H2_PREFACE):
-        data = data[len(_H2_PREFACE) :]
-    out = []
-    at = 0
-    while at + 9 <= len(data):
-        length = int.from_bytes(data[at : at + 3], "big")
-        kind, stream_id = data[at + 3], int.from_bytes(data[at + 5 : at + 9], "big") & 0x7FFFFFFF
+    """The worker's frames for every request HEADERS frame in what the router wrote.
+
+    Interpreted, and counted in the ``router-h2c`` row: one ``unpack_from`` per frame and the
+    answer joined from constant parts around the stream id keep it small (the same bytes as
+    ``_frame(1, 0x4, sid, _H2_ANSWER_BLOCK) + _frame(0, 0x1, sid, _ANSWER_BODY)``).
+    """
+    at = len(_H2_PREFACE) if data.startswith(_H2_PREFACE) else 0
+    out: list[bytes] = []
+    last = len(data) - 9
+    unpack = _FRAME_HEAD.unpack_from
+    while at <= last:
+        high, low, kind, stream_id = unpack(data, at)
         if kind == 1:  # HEADERS
-            out.append(_frame(1, 0x4, stream_id, _H2_ANSWER_BLOCK))  # END_HEADERS
-            out.append(_frame(0, 0x1, stream_id, _ANSWER_BODY))  # END_STREAM
-        at += 9 + length
+            sid = (stream_id & 0x7FFFFFFF).to_bytes(4, "big")
+            out += (_H2_ANSWER_HEADERS, sid, _H2_ANSWER_MIDDLE, sid, _ANSWER_BODY)
+        at += 9 + (high << 8 | low)
     return b"".join(out)
 
 
