@@ -32,6 +32,7 @@ from dataplane.router.body import RequestBody
 from dataplane.router.headers import DROPPED
 from dataplane.router.upstream.base import ResponseListener, UpstreamTimeouts
 from dataplane.router.upstream.deadlines import Deadlines
+from dataplane.router.upstream.h2c.codec import CodecListener
 
 _DEFAULT_TIMEOUTS = UpstreamTimeouts()
 
@@ -50,8 +51,9 @@ def parse_head(headers: list[tuple[bytes, bytes]]) -> tuple[int, list[tuple[byte
     return status, out
 
 
-class StreamOwner(asyncio.Protocol):
-    """What a stream needs from its connection (``h2c.connection.H2Connection`` extends it).
+class StreamOwner(CodecListener, asyncio.Protocol):
+    """What a stream needs from its connection (``h2c.connection.H2Connection`` extends it; the
+    codec's listener too, for the same reason).
 
     A base class rather than a Protocol: compiled (scripts/build_mypyc.sh), a Protocol-typed
     reference makes every attribute read and call a generic lookup by name; through a native
