@@ -144,6 +144,19 @@ def test_cancel_sends_rst_stream() -> None:
     assert any(isinstance(e, h2.events.StreamReset) and e.error_code == ErrorCodes.CANCEL for e in events)
 
 
+def test_reserved_bit_of_the_stream_id_is_ignored() -> None:
+    """A frame whose stream identifier has the reserved bit set is the stream's (RFC 9113 §4.1)."""
+    codec, rec, _ = _pair()
+    sid, _ = codec.open_stream(b"GET", b"/", b"h:1", [], True)
+    assert sid == 1
+    # HEADERS (:status 200, static index 8; END_HEADERS) and DATA "ok" (END_STREAM), each with
+    # the stream id 0x80000001.
+    codec.feed(b"\x00\x00\x01\x01\x04\x80\x00\x00\x01\x88" + b"\x00\x00\x02\x00\x01\x80\x00\x00\x01ok")
+    assert rec.headers == {1: [(b":status", b"200")]}
+    assert rec.data == {1: b"ok"}
+    assert rec.ended == {1}
+
+
 def test_garbage_is_a_protocol_error() -> None:
     """A frame larger than our SETTINGS_MAX_FRAME_SIZE fails the connection."""
     codec, _, _ = _pair()
