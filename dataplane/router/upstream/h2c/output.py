@@ -185,7 +185,10 @@ class CodecOutput:
 
     def forget(self, stream_id: int) -> None:
         """The stream is closed: drop its windows (later frames for it are only counted)."""
-        self._windows.pop(stream_id, None)
+        # ``in`` + del, not pop(stream_id, None): compiled, pop with a default is a call by name.
+        windows = self._windows
+        if stream_id in windows:
+            del windows[stream_id]
 
     def consumed(self, stream_id: int, nbytes: int) -> None:
         """The reader took ``nbytes`` of this stream: return the credit in batches (§6.9)."""

@@ -24,7 +24,6 @@ failure: the pool tries once more (``Retrier``), as ``H2Pool.request`` does.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 
 from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeout
 from dataplane.http.h2_frames import CANCEL
@@ -33,8 +32,6 @@ from dataplane.router.headers import DROPPED
 from dataplane.router.upstream.base import ResponseListener, UpstreamTimeouts
 from dataplane.router.upstream.deadlines import Deadlines
 from dataplane.router.upstream.h2c.codec import CodecListener
-
-_DEFAULT_TIMEOUTS = UpstreamTimeouts()
 
 
 def parse_head(headers: list[tuple[bytes, bytes]]) -> tuple[int, list[tuple[bytes, bytes]]]:
@@ -72,6 +69,11 @@ class StreamOwner(CodecListener, asyncio.Protocol):
 
     def notify(self, stream: H2Stream) -> None:
         """A listened stream has news to deliver."""
+        raise NotImplementedError
+
+    def clock(self) -> float:
+        """The loop's time, read at most once per read from the worker (every frame of one
+        read arrived at the same moment)."""
         raise NotImplementedError
 
 
@@ -118,9 +120,11 @@ class H2Stream:
         stream_id: int,
         body: RequestBody,
         deadline: float,
-        loop: asyncio.AbstractEventLoop | None = None,
-        timeouts: UpstreamTimeouts | None = None,
+        now: float,
+        loop: asyncio.AbstractEventLoop,
+        timeouts: UpstreamTimeouts,
     ) -> None:
+        """``now``: the loop's time as the request is sent (the caller read it for ``deadline``)."""
         self._conn = conn
         self.stream_id = stream_id
         self.status = 0
@@ -129,7 +133,9 @@ class H2Stream:
         self.refused = False  # the live worker declined it unprocessed (REFUSED_STREAM, GOAWAY)
         self.pending = body  # the request body; bytes from pending_off on are not sent yet
         self.pending_off = 0
-        self._buf: deque[bytes] = deque()
+        # A list, not a deque: compiled (scripts/build_mypyc.sh), its append and clear are native
+        # operations where a deque's are calls by name, and creating it is one too.
+        self._buf: list[bytes] = []
         self._unacked = 0  # flow-controlled bytes buffered, credit not yet returned
         self._eof = False
         self._error: RouterError | None = None
@@ -139,11 +145,10 @@ class H2Stream:
         self._successor: asyncio.Task[None] | None = None  # the retry of a refused listened stream
         # (method, path, headers) as sent, kept by a listened stream for its retry.
         self.request: tuple[bytes, bytes, list[tuple[bytes, bytes]]] | None = None
-        loop = self._loop = loop or asyncio.get_running_loop()
-        timeouts = timeouts or _DEFAULT_TIMEOUTS
+        self._loop = loop
         self._idle_s = timeouts.idle_s
         self._final = deadline
-        self._heard = now = loop.time()
+        self._heard = now
         first = now + timeouts.first_byte_s
         self.deadline = first if first < deadline else deadline  # ``deadlines.Timed``
         self._timed = True  # watched by the connection's ``Deadlines``
@@ -218,7 +223,7 @@ class H2Stream:
         if not self._eof or self._error is not None:
             return None
         buf = self._buf
-        data = b"" if not buf else buf.popleft() if len(buf) == 1 else b"".join(buf)
+        data = b"" if not buf else buf[0] if len(buf) == 1 else b"".join(buf)
         buf.clear()
         self._flush_credit()
         return data
@@ -234,7 +239,7 @@ class H2Stream:
             buf = self._buf
             if buf:
                 # Coalesce what arrived meanwhile: fewer writes to the client, same bytes.
-                data = buf.popleft() if len(buf) == 1 else b"".join(buf)
+                data = buf[0] if len(buf) == 1 else b"".join(buf)
                 buf.clear()
                 unacked, self._unacked = self._unacked, 0
                 self._conn.consumed(self.stream_id, unacked)
@@ -267,7 +272,7 @@ class H2Stream:
         self.started = True
         if not self._eof and self._error is None:
             # The idle deadline from now on (the first-byte one is met).
-            self._heard = now = self._loop.time()
+            self._heard = now = self._conn.clock()
             due = now + self._idle_s
             self.deadline = due if due < self._final else self._final
             if self._timed:
@@ -275,8 +280,11 @@ class H2Stream:
                 self._conn.deadlines.watch(self, self._loop)
         self._wake()
 
-    def data_received(self, data: bytes, flow_controlled: int) -> None:
-        self._heard = self._loop.time()
+    def data_received(self, data: bytes, flow_controlled: int, end_stream: bool) -> None:
+        """Body bytes (``flow_controlled``: the frame's length, padding included); the last
+        ones when ``end_stream`` (``ended`` follows, so no deadline needs the time they came)."""
+        if not end_stream:
+            self._heard = self._conn.clock()
         self._unacked += flow_controlled
         if data:
             self._buf.append(data)
