@@ -27,6 +27,8 @@ counted: bench/router_overhead.py measures that):
 - ``--stream``: the chat request with ``"stream": true``; the worker answers a chunked SSE stream
   of 16 token events and ``[DONE]``, one event per read (the row ``router-sse``): the relay's
   per-chunk cost; with ``--front-h2c`` also from the h2c client (the row ``h2c-router-sse``);
+  with ``--h2c`` also from an h2c worker (the row ``router-h2c-sse``: HEADERS + the first
+  event's DATA frame, then one DATA frame per read, ``[DONE]`` with END_STREAM);
 - ``--workers N``: the chat request again on a router with N workers whose engine load views are
   FRESH (a control plane's, applied once), so the balancer scores N candidates per request
   (``least_load``; the row ``router-Nw``).
@@ -207,6 +209,34 @@ def _h2_answers(data: bytes) -> bytes:
     return b"".join(out)
 
 
+# The SSE answer of an h2c worker (``router-h2c-sse``): the reads of UPSTREAM_SSE as frames, around
+# the stream id: HEADERS (:status 200, content-type) + the first event, one event per read, then
+# [DONE] with END_STREAM.
+_H2_SSE_BLOCK = b"\x88" + _hpack_literal(b"content-type", b"text/event-stream")
+_H2_SSE_HEADERS = _frame(1, 0x4, 0, _H2_SSE_BLOCK)[:5]
+_H2_SSE_EVENT = _frame(0, 0, 0, _SSE_EVENT)[:5]
+_H2_SSE_DONE = _frame(0, 0x1, 0, b"data: [DONE]\n\n")[:5]
+
+
+def _h2_sse_reads(data: bytes) -> list[bytes]:
+    """The worker's reads for the (one) request HEADERS frame in what the router wrote."""
+    at = len(_H2_PREFACE) if data.startswith(_H2_PREFACE) else 0
+    last = len(data) - 9
+    unpack = _FRAME_HEAD.unpack_from
+    while at <= last:
+        high, low, kind, stream_id = unpack(data, at)
+        if kind == 1:  # HEADERS
+            sid = (stream_id & 0x7FFFFFFF).to_bytes(4, "big")
+            event = _H2_SSE_EVENT + sid + _SSE_EVENT
+            return [
+                b"".join((_H2_SSE_HEADERS, sid, _H2_SSE_BLOCK, event)),
+                *[event] * 15,
+                b"".join((_H2_SSE_DONE, sid, b"data: [DONE]\n\n")),
+            ]
+        at += 9 + (high << 8 | low)
+    return []
+
+
 # The h2c client's side of the front door: its preface, SETTINGS and a connection window opened
 # wide (the answers would use up the 65535 of RFC 9113's default), then per request HEADERS
 # (:method POST and :scheme http fully indexed, the rest literal) and the body as one DATA frame.
@@ -268,13 +298,15 @@ async def _drive(mode: str, n: int) -> None:
     from dataplane.router.settings import build_parser, settings_from_args
 
     loop = asyncio.get_running_loop()
-    request = STREAM_REQUEST if mode == "router-sse" else ROUTE_REQUESTS.get(mode, REQUEST)
+    streamed = mode in ("router-sse", "router-h2c-sse")
+    request = STREAM_REQUEST if streamed else ROUTE_REQUESTS.get(mode, REQUEST)
     workers = (
         int(mode.split("-")[1].removesuffix("w"))
-        if mode.startswith("router-") and mode not in ("router-h2c", "router-log", "router-sse")
+        if mode.startswith("router-")
+        and mode not in ("router-h2c", "router-log", "router-sse", "router-h2c-sse")
         else 0
     )
-    if mode == "router-h2c":
+    if mode in ("router-h2c", "router-h2c-sse"):
         # The worker's side is the memory loop's (``_memory_loop``): the pool's own connect path.
         url = "h2c://127.0.0.1:9"
         args = ["--listen", "127.0.0.1:0", "--worker", url, "--override-sampling-params", CONTRACT]
@@ -312,7 +344,6 @@ async def _drive(mode: str, n: int) -> None:
         return
     client = Http1Connection(ServerContext(handler, ServerLimits(), loop))
 
-    streamed = mode == "router-sse"
     in_answer = False
 
     def on_answer(data: bytes) -> None:
@@ -399,9 +430,19 @@ def _memory_loop(answer: list[bytes]) -> Any:
             if isinstance(conn, H2Connection):
                 # An h2c worker: its frames for each request HEADERS, in a later loop turn.
                 def worker(data: bytes) -> None:
+                    if answer is UPSTREAM_SSE:
+                        reads = _h2_sse_reads(data)
+                        if reads:
+                            self.call_soon(feed_h2, reads, 0)
+                        return
                     frames = _h2_answers(data)
                     if frames:
                         self.call_soon(conn.data_received, frames)
+
+                def feed_h2(reads: list[bytes], i: int) -> None:
+                    conn.data_received(reads[i])
+                    if i + 1 < len(reads):
+                        self.call_soon(feed_h2, reads, i + 1)
 
                 transport = MemoryTransport(worker)
                 conn.connection_made(transport)  # type: ignore[arg-type]
@@ -491,6 +532,8 @@ def main() -> int:
         modes.append("router-log")
     if args.stream:
         modes.append("router-sse")
+        if args.h2c:
+            modes.append("router-h2c-sse")
         if args.front_h2c:
             modes.append("h2c-router-sse")
     if args.workers:
@@ -498,9 +541,9 @@ def main() -> int:
     for mode in modes:
         per_request[mode] = (_instructions(mode, n) - _instructions(mode, small)) / (n - small)
     print(f"router instructions — 1 KiB chat body, in-memory transports, uvloop, {n} - {small} requests")
-    print(f"{'mode':<10}{'instructions/req':>18}{'x bare':>8}")
+    print(f"{'mode':<16}{'instructions/req':>18}{'x bare':>8}")
     for mode, value in per_request.items():
-        print(f"{mode:<10}{value:>18,.0f}{value / per_request['bare']:>8.2f}")
+        print(f"{mode:<16}{value:>18,.0f}{value / per_request['bare']:>8.2f}")
     return 0
 
 
