@@ -8,10 +8,10 @@ server; the rest happens in callbacks of this object:
 
 - ``on_response`` (the worker's head arrived, called from the upstream connection's
   ``data_received``): a complete answer is written to the client in one go and the request is
-  finished there; a streamed one (SSE, NDJSON) over HTTP/1.1 is relayed from the connection's
-  callbacks too (``relay.StreamRelay``); any other answer still on its way (large, or over h2c,
-  or to a client whose responder cannot ``send``) is relayed by a task from then on
-  (``relay.relay_rest``), exactly as on the task path;
+  finished there; a streamed one (SSE, NDJSON) is relayed from the connection's callbacks too
+  (``relay.StreamRelay``); any other answer still on its way (large, or to a client whose
+  responder cannot ``send``) is relayed by a task from then on (``relay.relay_rest``), exactly
+  as on the task path;
 - ``on_failure`` (timeout, worker dropped the connection before the head): the SPEC §5 error;
   ``UpstreamUnreachable`` (an h2c worker refused the stream on both tries, RFC 9113 §8.7:
   nothing reached it) hands the request to the task path, which tries another worker (SPEC §5);
@@ -39,7 +39,7 @@ from dataplane.router.fleet.workers import Worker
 from dataplane.router.headers import Headers
 from dataplane.router.metrics import CLIENT_GONE, RouterMetrics, RouteStats, count_outcome
 from dataplane.router.path.relay import CLIENT_CLOSED, StreamRelay, outcome_of, passes_through, relay_rest
-from dataplane.router.upstream.base import UpstreamResponse
+from dataplane.router.upstream.base import StreamedResponse, UpstreamResponse
 from dataplane.router.upstream.h1.connection import H1Response
 
 # Bound as a Final: compiled (scripts/build_mypyc.sh), an imported name is a lookup in the
@@ -175,7 +175,7 @@ class Exchange:
             status = response.status
             headers = response.headers
         if complete is None:
-            if type(response) is H1Response and responder.sends_now:
+            if isinstance(response, StreamedResponse) and responder.sends_now:
                 extra = self._extra
                 relayed = headers + extra if extra else headers
                 sse = passes_through(relayed, self._stream)
@@ -184,7 +184,7 @@ class Exchange:
                     # the in-flight count from now on.
                     self._relay_here(response, relayed, sse == 1)
                     return
-            # Still on its way (a large answer, or h2c): relay it in a task, as the task path
+            # Still on its way (a large answer): relay it in a task, as the task path
             # does; the task owns the slot and the in-flight count from now on.
             proxy = self._proxy
             relaying = relay_rest(
@@ -229,7 +229,7 @@ class Exchange:
         # The answer went out with its head: its end is when the head came (one clock read).
         self._stats.observe(status, waited, self._responder)
 
-    def _relay_here(self, response: H1Response, headers: Headers, sse: bool) -> None:
+    def _relay_here(self, response: StreamedResponse, headers: Headers, sse: bool) -> None:
         proxy = self._proxy
         relay = StreamRelay(
             proxy.loop,

@@ -6,12 +6,13 @@ worker dying midway can still be answered with a clean 502 envelope), beyond tha
 streamed; an SSE answer is forwarded chunk by chunk as it arrives. A worker failing after the
 head went out ends an SSE stream with a final ``error`` event and breaks any other answer.
 
-A streamed (SSE, NDJSON) answer of a callback-driven exchange over HTTP/1.1 to a client whose
-responder ``sends_now`` is relayed by ``StreamRelay``: the upstream connection hands each read's
-body bytes to it from ``data_received`` and it writes them to the client at once (one write per
-upstream read, chunk framing included): no future, task step or coroutine chain per chunk. Only a
-client that stops taking bytes costs a task (waiting for ``writable()``, upstream reading paused
-meanwhile). Everything else (large non-streaming answers, the task path) goes through ``relay``.
+A streamed (SSE, NDJSON) answer of a callback-driven exchange (HTTP/1.1 or h2c worker) to a
+client whose responder ``sends_now`` is relayed by ``StreamRelay``: the upstream connection hands
+each read's body bytes to it from ``data_received`` and it writes them to the client at once (one
+write per upstream read, chunk framing included): no future, task step or coroutine chain per
+chunk. Only a client that stops taking bytes costs a task (waiting for ``writable()``, the worker
+held back meanwhile: upstream reading paused over HTTP/1.1, credit withheld over h2c).
+Everything else (large non-streaming answers, the task path) goes through ``relay``.
 """
 
 from __future__ import annotations
@@ -39,8 +40,7 @@ from dataplane.router.metrics import (
     RouteStats,
     count_outcome,
 )
-from dataplane.router.upstream.base import BodySink, UpstreamResponse
-from dataplane.router.upstream.h1.connection import H1Response
+from dataplane.router.upstream.base import BodySink, StreamedResponse, UpstreamResponse
 
 BUFFER_NON_STREAMING: Final = 1 << 20
 CLIENT_CLOSED: Final = 499  # nginx's status for "client went away"; only ever a metrics label
@@ -207,7 +207,7 @@ class StreamRelay(BodySink):
         responder: Responder,
         worker: Worker,
         slot: Slot,
-        response: H1Response,
+        response: StreamedResponse,
         sse: bool,
         work: int,
     ) -> None:

@@ -43,6 +43,7 @@ from dataplane.router.headers import DROPPED, Headers
 from dataplane.router.upstream.base import (
     BodySink,
     ResponseListener,
+    StreamedResponse,
     UpstreamBodyIncomplete,
     UpstreamTimeout,
     UpstreamTimeouts,
@@ -78,7 +79,7 @@ _COALESCE_BODY_BYTES: Final = 256 * 1024  # copy head + body into one write belo
 _SLACK_S: Final = 0.001  # a deadline within this much is due now (uvloop's timers have ms resolution)
 
 
-class H1Response:
+class H1Response(StreamedResponse):
     """The answer on one connection; implements ``upstream.UpstreamResponse``."""
 
     __slots__ = (

@@ -29,7 +29,7 @@ from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeou
 from dataplane.http.h2_frames import CANCEL
 from dataplane.router.body import RequestBody
 from dataplane.router.headers import DROPPED
-from dataplane.router.upstream.base import ResponseListener, UpstreamTimeouts
+from dataplane.router.upstream.base import BodySink, ResponseListener, StreamedResponse, UpstreamTimeouts
 from dataplane.router.upstream.deadlines import Deadlines
 from dataplane.router.upstream.h2c.codec import CodecListener
 
@@ -85,7 +85,7 @@ class Retrier:
         raise NotImplementedError
 
 
-class H2Stream:
+class H2Stream(StreamedResponse):
     """A request in flight on an h2c connection, and its response as it streams in."""
 
     __slots__ = (
@@ -98,7 +98,9 @@ class H2Stream:
         "_idle_s",
         "_listener",
         "_loop",
+        "_paused",
         "_retrier",
+        "_sink",
         "_successor",
         "_timed",
         "_unacked",
@@ -141,6 +143,8 @@ class H2Stream:
         self._error: RouterError | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._listener: ResponseListener | None = None  # told of the head instead of a waiter
+        self._sink: BodySink | None = None  # relay_to(): the body goes there as it arrives
+        self._paused = False  # the sink's client is not taking bytes: no credit, bytes kept here
         self._retrier: Retrier | None = None
         self._successor: asyncio.Task[None] | None = None  # the retry of a refused listened stream
         # (method, path, headers) as sent, kept by a listened stream for its retry.
@@ -177,9 +181,12 @@ class H2Stream:
         self.abort()
 
     def deliver(self) -> None:
-        """Tell the listener, if the head or a failure is there to tell (``H2Connection.notify``)."""
+        """Tell the listener, if the head or a failure is there to tell, or hand the sink what
+        came (``H2Connection.notify``)."""
         listener = self._listener
         if listener is None:
+            if self._sink is not None:
+                self._to_sink()
             return
         if self.started:
             self._listener = None
@@ -252,6 +259,7 @@ class H2Stream:
 
     def abort(self) -> None:
         """The router's client went away: RST_STREAM(CANCEL) unless the stream already ended."""
+        self._sink = None
         if self._eof or self._error is not None:
             self._drop_buffer()
             return
@@ -260,6 +268,62 @@ class H2Stream:
         self._conn.cancel(self)
         self._drop_buffer()
         self._wake()
+
+    # -- relayed by callbacks (``StreamedResponse``) --------------------------------------------
+    def arrived(self) -> bytes:
+        buf = self._buf
+        if not buf:
+            return b""
+        data = buf[0] if len(buf) == 1 else b"".join(buf)
+        buf.clear()
+        self._flush_credit()
+        return data
+
+    def relay_to(self, sink: BodySink) -> None:
+        """From now on the body goes to ``sink``, from the connection's callbacks after each read
+        (``deliver``): no future, task or iterator per chunk (``path.relay.StreamRelay``)."""
+        self._sink = sink
+        self._to_sink()
+
+    def pause(self) -> None:
+        """The sink's client is not taking bytes: what the worker sends stays here and its credit
+        is withheld (RFC 9113 §5.2, §6.9), so the worker stops once the stream's window is
+        spent; this stream only, the connection's other streams flow on. Memory: at most the
+        window. The idle deadline does not run meanwhile (the wait is the router's)."""
+        self._paused = True
+
+    def resume(self) -> None:
+        if self._paused:
+            self._paused = False
+            if not self._eof and self._error is None:
+                self._heard = self._conn.clock()  # the idle deadline counts from now
+            self._to_sink()
+
+    def _to_sink(self) -> None:
+        """Hand the sink what has arrived (one piece, its credit returned) unless paused, then
+        the end (with the last piece) or the failure if it came."""
+        sink = self._sink
+        if sink is None:
+            return
+        done = self._eof or self._error is not None
+        if self._paused and not done:
+            return  # held here, credit withheld: the worker stops at the window's end
+        buf = self._buf
+        chunk = b"" if not buf else buf[0] if len(buf) == 1 else b"".join(buf)
+        buf.clear()
+        if not done:
+            if chunk:
+                self._flush_credit()
+                sink.on_body(chunk)
+            return
+        self._sink = None
+        error = self._error
+        if error is None:
+            sink.on_end(chunk)
+            return
+        if chunk:
+            sink.on_body(chunk)
+        sink.on_error(error)
 
     # -- fed by the connection ------------------------------------------------------------------
 
@@ -313,7 +377,7 @@ class H2Stream:
         after the first failed check waits on the same hung worker), and nothing held back for
         our client."""
         quiet = self._heard < since or not self.started
-        return quiet and not self._buf and not self._eof and self._error is None
+        return quiet and not self._buf and not self._paused and not self._eof and self._error is None
 
     def on_timeout(self) -> None:
         """``deadline`` passed (called by the connection's ``Deadlines``, which no longer watches
@@ -324,8 +388,10 @@ class H2Stream:
             return
         if self.started:
             now = self._loop.time()
-            # Bytes the relay has not taken yet: the wait is the router's client's, not the worker's.
-            due = min((now if self._buf else self._heard) + self._idle_s, self._final)
+            # Bytes the relay has not taken yet, or a sink holding the worker back: the wait is
+            # the router's client's, not the worker's.
+            held = self._buf or self._paused
+            due = min((now if held else self._heard) + self._idle_s, self._final)
             if due > now + 0.001:
                 self.deadline = due
                 self._timed = True
@@ -373,5 +439,5 @@ class H2Stream:
         if waiter is not None:
             if not waiter.done():
                 waiter.set_result(None)
-        elif self._listener is not None:
+        elif self._listener is not None or self._sink is not None:
             self._conn.notify(self)
