@@ -79,6 +79,7 @@ class H2Connection(StreamOwner):
         self.closed = False  # failed or lost: never reused (the pool drops it)
         self.draining = False  # GOAWAY received or sent: no new streams
         self.deadlines = Deadlines()  # of the streams in flight (``h2c.stream``), one timer
+        self.credit_batch = stream_window_bytes >> 2
 
     # -- capacity, as the pool sees it ---------------------------------------------------------
 
@@ -310,9 +311,13 @@ class H2Connection(StreamOwner):
     # -- internals ------------------------------------------------------------------------------
 
     def _tell_ready(self) -> None:
-        ready, self._ready = self._ready, []
-        for stream in ready:
-            stream.deliver()  # a stream listed twice is told once (deliver forgets the listener)
+        # Nothing is added meanwhile (outside a read a stream is told at once, ``notify``).
+        ready = self._ready
+        try:
+            for stream in ready:
+                stream.deliver()  # a stream listed twice is told once (deliver forgets the listener)
+        finally:
+            ready.clear()
 
     def _ended(self, stream: H2Stream) -> None:
         sid = stream.stream_id

@@ -58,6 +58,9 @@ class StreamOwner(CodecListener, asyncio.Protocol):
     """
 
     deadlines: Deadlines
+    # Receive credit goes back a quarter window at a time (``CodecOutput.consumed``): a stream
+    # holds back smaller amounts itself rather than calling ``consumed`` per chunk.
+    credit_batch: int
 
     def consumed(self, stream_id: int, nbytes: int) -> None:
         """The router's client took ``nbytes`` of the stream: return that credit."""
@@ -138,7 +141,7 @@ class H2Stream(StreamedResponse):
         # A list, not a deque: compiled (scripts/build_mypyc.sh), its append and clear are native
         # operations where a deque's are calls by name, and creating it is one too.
         self._buf: list[bytes] = []
-        self._unacked = 0  # flow-controlled bytes buffered, credit not yet returned
+        self._unacked = 0  # flow-controlled bytes received, credit not yet returned
         self._eof = False
         self._error: RouterError | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -248,8 +251,7 @@ class H2Stream(StreamedResponse):
                 # Coalesce what arrived meanwhile: fewer writes to the client, same bytes.
                 data = buf[0] if len(buf) == 1 else b"".join(buf)
                 buf.clear()
-                unacked, self._unacked = self._unacked, 0
-                self._conn.consumed(self.stream_id, unacked)
+                self._flush_credit()
                 return data
             if self._error is not None:
                 raise self._error
@@ -420,8 +422,12 @@ class H2Stream(StreamedResponse):
         self._flush_credit()
 
     def _flush_credit(self) -> None:
-        unacked, self._unacked = self._unacked, 0
-        if unacked:
+        """The bytes buffered so far are taken: their credit goes back once it makes a batch
+        (RFC 9113 §6.9), as the codec would batch it anyway. What a stream never returns goes
+        with it when it closes."""
+        unacked = self._unacked
+        if unacked >= self._conn.credit_batch:
+            self._unacked = 0
             self._conn.consumed(self.stream_id, unacked)
 
     async def _wait(self) -> None:

@@ -289,3 +289,20 @@ async def test_a_sink_aborting_resets_the_stream_and_is_told_nothing_more() -> N
     peer.reply()
     await other.response_started()
     assert other.status == 200
+
+
+async def test_relayed_bytes_are_credited_a_quarter_window_at_a_time() -> None:
+    """Bytes handed on return their credit in batches of a quarter of the stream's window
+    (RFC 9113 §6.9): no WINDOW_UPDATE per chunk, and never less than what was taken."""
+    window = 64 * 1024
+    peer = Peer(stream_window_bytes=window)
+    stream, sink = _relayed(peer, b"x" * 1000)
+    sid = stream.stream_id
+    for _ in range(14):
+        peer.server.send_data(sid, b"x" * 1000)
+        peer.reply()
+    assert _window_updates(peer.pump(), sid) == 0  # 15,000 bytes taken: below a quarter
+    peer.server.send_data(sid, b"x" * 2000)
+    peer.reply()
+    assert _window_updates(peer.pump(), sid) == 17_000
+    assert b"".join(chunk for _, chunk in sink.told) == b"x" * 17_000
