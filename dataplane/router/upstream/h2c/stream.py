@@ -19,6 +19,10 @@ of the read that carried the head (so ``buffered_body()`` sees a body that came 
 once when the stream fails outside a read (timeout, hung worker, connection lost). A stream the
 worker refused unprocessed (REFUSED_STREAM, GOAWAY: RFC 9113 §8.7) is not the listener's
 failure: the pool tries once more (``Retrier``), as ``H2Pool.request`` does.
+
+Two ways to take the body: ``chunks()`` (a task iterates), or ``relay_to`` a ``BodySink`` (the
+callback relay, ``path.relay.StreamRelay``): each read's bytes handed on after the read, the
+worker held back by withholding credit while the sink is paused (``StreamedResponse``).
 """
 
 from __future__ import annotations
