@@ -79,6 +79,11 @@ _COALESCE_BODY_BYTES: Final = 256 * 1024  # copy head + body into one write belo
 _SLACK_S: Final = 0.001  # a deadline within this much is due now (uvloop's timers have ms resolution)
 
 
+class UnaskedAnswer(Exception):
+    """Raised from the parser's ``on_message_begin`` to stop it: a worker began an answer while
+    no request of ours was waiting for one (after an answer, in the same read, or while idle)."""
+
+
 class H1Response(StreamedResponse):
     """The answer on one connection; implements ``upstream.UpstreamResponse``."""
 
@@ -328,6 +333,8 @@ class H1Connection(asyncio.Protocol):
         self._idle_s = pool.timeouts.idle_s
         self._keep_alive = False
         self._delimited = False  # body length known (Content-Length or chunked)
+        # A request written and its final answer not complete yet: an answer may begin.
+        self._in_flight = False
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -347,7 +354,10 @@ class H1Connection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             self._fail(UpstreamBodyIncomplete())
         except httptools.HttpParserError:
-            self._fail(UpstreamBodyIncomplete())
+            if self._in_flight:
+                self._fail(UpstreamBodyIncomplete())
+            else:
+                self._drop()
         self._read = b""
         unfinished = self._response
         if unfinished is not None:
@@ -377,6 +387,13 @@ class H1Connection(asyncio.Protocol):
         self._on_closed()
 
     # -- httptools callbacks ---------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if not self._in_flight:
+            # Bytes no request asked for: answered as the next request's, they would shift
+            # every later answer to the wrong client (response desync). The answer before them
+            # stands; the connection is never used again (``data_received``).
+            raise UnaskedAnswer()
+
     def on_header(self, name: bytes, value: bytes) -> None:
         name = lower_name(name)
         self._head_bytes += len(name) + len(value)
@@ -428,7 +445,7 @@ class H1Connection(asyncio.Protocol):
         if response is None:  # end of an interim (1xx) message
             return
         self._response = None
-        self._delimited = False
+        self._delimited = self._in_flight = False
         if self._timed:
             self._timed = False
             self._pool.deadlines.unwatch(self)
@@ -483,7 +500,7 @@ class H1Connection(asyncio.Protocol):
     ) -> None:
         self._final = deadline
         self._heard = now
-        self._first_read = True
+        self._first_read = self._in_flight = True
         first = now + self._first_byte_s
         self.deadline = first if first < deadline else deadline
         self._timed = True
@@ -575,6 +592,12 @@ class H1Connection(asyncio.Protocol):
         self.abort()
         if listener is not None:
             listener.on_failure(error)
+
+    def _drop(self) -> None:
+        """Parsing failed on bytes that came after the answer (or with no request out): that
+        answer stands, the connection leaves the pool and closes."""
+        self._pool.forget(self)
+        self.abort()
 
     def _on_closed(self) -> None:
         if self.lost and self._head_waiter is None and self._listener is None and self._response is None:
