@@ -31,7 +31,7 @@ from h2.connection import H2Connection  # noqa: E402
 from h2.events import RequestReceived  # noqa: E402
 
 from dataplane.http.h2_fields import request_fields  # noqa: E402
-from dataplane.http.h2_server_codec import ServerCodec  # noqa: E402
+from dataplane.http.h2_server_codec import ServerCodec, ServerListener  # noqa: E402
 
 FIELDS = [
     (b":method", b"POST"),
@@ -111,7 +111,7 @@ def _run_h2(preface: bytes, frames: list[bytes]) -> float:
     return (time.process_time() - started) / len(frames) * 1e6
 
 
-class _Checker:
+class _Checker(ServerListener):
     """A ``ServerListener`` that validates each request and closes its stream."""
 
     codec: ServerCodec

@@ -26,7 +26,9 @@ counted: bench/router_overhead.py measures that):
   row ``router-log``): the buffering per request, the timer's batches, their encoding and writes;
 - ``--stream``: the chat request with ``"stream": true``; the worker answers a chunked SSE stream
   of 16 token events and ``[DONE]``, one event per read (the row ``router-sse``): the relay's
-  per-chunk cost;
+  per-chunk cost; with ``--front-h2c`` also from the h2c client (the row ``h2c-router-sse``);
+  with ``--h2c`` also from an h2c worker (the row ``router-h2c-sse``: HEADERS + the first
+  event's DATA frame, then one DATA frame per read, ``[DONE]`` with END_STREAM);
 - ``--workers N``: the chat request again on a router with N workers whose engine load views are
   FRESH (a control plane's, applied once), so the balancer scores N candidates per request
   (``least_load``; the row ``router-Nw``).
@@ -42,6 +44,7 @@ import asyncio
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -180,44 +183,88 @@ _H2_ANSWER_BLOCK = (
 )
 
 
+# The answer's two frames around the stream id (``_h2_answers``): HEADERS then DATA.
+_H2_ANSWER_HEADERS = _frame(1, 0x4, 0, _H2_ANSWER_BLOCK)[:5]  # END_HEADERS
+_H2_ANSWER_MIDDLE = _H2_ANSWER_BLOCK + _frame(0, 0x1, 0, _ANSWER_BODY)[:5]  # END_STREAM
+_FRAME_HEAD = struct.Struct(">HBBxI")  # a frame header: length (16 + 8 bits), type, stream id
+
+
 def _h2_answers(data: bytes) -> bytes:
-    """The worker's frames for every request HEADERS frame in what the router wrote."""
-    if data.startswith(_H2_PREFACE):
-        data = data[len(_H2_PREFACE) :]
-    out = []
-    at = 0
-    while at + 9 <= len(data):
-        length = int.from_bytes(data[at : at + 3], "big")
-        kind, stream_id = data[at + 3], int.from_bytes(data[at + 5 : at + 9], "big") & 0x7FFFFFFF
+    """The worker's frames for every request HEADERS frame in what the router wrote.
+
+    Interpreted, and counted in the ``router-h2c`` row: one ``unpack_from`` per frame and the
+    answer joined from constant parts around the stream id keep it small (the same bytes as
+    ``_frame(1, 0x4, sid, _H2_ANSWER_BLOCK) + _frame(0, 0x1, sid, _ANSWER_BODY)``).
+    """
+    at = len(_H2_PREFACE) if data.startswith(_H2_PREFACE) else 0
+    out: list[bytes] = []
+    last = len(data) - 9
+    unpack = _FRAME_HEAD.unpack_from
+    while at <= last:
+        high, low, kind, stream_id = unpack(data, at)
         if kind == 1:  # HEADERS
-            out.append(_frame(1, 0x4, stream_id, _H2_ANSWER_BLOCK))  # END_HEADERS
-            out.append(_frame(0, 0x1, stream_id, _ANSWER_BODY))  # END_STREAM
-        at += 9 + length
+            sid = (stream_id & 0x7FFFFFFF).to_bytes(4, "big")
+            out += (_H2_ANSWER_HEADERS, sid, _H2_ANSWER_MIDDLE, sid, _ANSWER_BODY)
+        at += 9 + (high << 8 | low)
     return b"".join(out)
+
+
+# The SSE answer of an h2c worker (``router-h2c-sse``): the reads of UPSTREAM_SSE as frames, around
+# the stream id: HEADERS (:status 200, content-type) + the first event, one event per read, then
+# [DONE] with END_STREAM.
+_H2_SSE_BLOCK = b"\x88" + _hpack_literal(b"content-type", b"text/event-stream")
+_H2_SSE_HEADERS = _frame(1, 0x4, 0, _H2_SSE_BLOCK)[:5]
+_H2_SSE_EVENT = _frame(0, 0, 0, _SSE_EVENT)[:5]
+_H2_SSE_DONE = _frame(0, 0x1, 0, b"data: [DONE]\n\n")[:5]
+
+
+def _h2_sse_reads(data: bytes) -> list[bytes]:
+    """The worker's reads for the (one) request HEADERS frame in what the router wrote."""
+    at = len(_H2_PREFACE) if data.startswith(_H2_PREFACE) else 0
+    last = len(data) - 9
+    unpack = _FRAME_HEAD.unpack_from
+    while at <= last:
+        high, low, kind, stream_id = unpack(data, at)
+        if kind == 1:  # HEADERS
+            sid = (stream_id & 0x7FFFFFFF).to_bytes(4, "big")
+            event = _H2_SSE_EVENT + sid + _SSE_EVENT
+            return [
+                b"".join((_H2_SSE_HEADERS, sid, _H2_SSE_BLOCK, event)),
+                *[event] * 15,
+                b"".join((_H2_SSE_DONE, sid, b"data: [DONE]\n\n")),
+            ]
+        at += 9 + (high << 8 | low)
+    return []
 
 
 # The h2c client's side of the front door: its preface, SETTINGS and a connection window opened
 # wide (the answers would use up the 65535 of RFC 9113's default), then per request HEADERS
 # (:method POST and :scheme http fully indexed, the rest literal) and the body as one DATA frame.
-_FRONT_BODY = REQUEST[REQUEST.index(b"\r\n\r\n") + 4 :]
 _FRONT_START = _H2_PREFACE + _frame(4, 0, 0, b"") + _frame(8, 0, 0, (2**31 - 1 - 65535).to_bytes(4, "big"))
-_FRONT_BLOCK = (
-    b"\x83\x86"
-    + _hpack_literal(b":path", b"/v1/chat/completions")
-    + _hpack_literal(b":authority", b"127.0.0.1:8000")
-    + _hpack_literal(b"content-type", b"application/json")
-    + _hpack_literal(b"content-length", str(len(_FRONT_BODY)).encode())
-)
 
 
-_FRONT_HEADERS = _frame(1, 0x4, 0, _FRONT_BLOCK)[:5]
-_FRONT_DATA = _frame(0, 0x1, 0, _FRONT_BODY)[:5]
+def _front_template(request: bytes) -> tuple[bytes, ...]:
+    """The parts of one request's HEADERS + DATA around the stream id (``_front_request``)."""
+    body = request[request.index(b"\r\n\r\n") + 4 :]
+    block = (
+        b"\x83\x86"
+        + _hpack_literal(b":path", b"/v1/chat/completions")
+        + _hpack_literal(b":authority", b"127.0.0.1:8000")
+        + _hpack_literal(b"content-type", b"application/json")
+        + _hpack_literal(b"content-length", str(len(body)).encode())
+    )
+    return _frame(1, 0x4, 0, block)[:5], block, _frame(0, 0x1, 0, body)[:5], body
 
 
-def _front_request(stream_id: int) -> bytes:
+_FRONT = _front_template(REQUEST)
+_FRONT_SSE = _front_template(STREAM_REQUEST)
+
+
+def _front_request(stream_id: int, template: tuple[bytes, ...] = _FRONT) -> bytes:
     """HEADERS + DATA of one request (built from templates: the client's own cost stays small)."""
     sid = stream_id.to_bytes(4, "big")
-    return b"".join((_FRONT_HEADERS, sid, _FRONT_BLOCK, _FRONT_DATA, sid, _FRONT_BODY))
+    headers, block, data, body = template
+    return b"".join((headers, sid, block, data, sid, body))
 
 
 def _fresh_views(urls: list[str]) -> dict[str, Any]:
@@ -251,20 +298,26 @@ async def _drive(mode: str, n: int) -> None:
     from dataplane.router.settings import build_parser, settings_from_args
 
     loop = asyncio.get_running_loop()
-    request = STREAM_REQUEST if mode == "router-sse" else ROUTE_REQUESTS.get(mode, REQUEST)
+    streamed = mode in ("router-sse", "router-h2c-sse")
+    request = STREAM_REQUEST if streamed else ROUTE_REQUESTS.get(mode, REQUEST)
     workers = (
         int(mode.split("-")[1].removesuffix("w"))
-        if mode.startswith("router-") and mode not in ("router-h2c", "router-log", "router-sse")
+        if mode.startswith("router-")
+        and mode not in ("router-h2c", "router-log", "router-sse", "router-h2c-sse")
         else 0
     )
-    if mode == "router-h2c":
+    if mode in ("router-h2c", "router-h2c-sse"):
         # The worker's side is the memory loop's (``_memory_loop``): the pool's own connect path.
         url = "h2c://127.0.0.1:9"
         args = ["--listen", "127.0.0.1:0", "--worker", url, "--override-sampling-params", CONTRACT]
         router = Router(settings_from_args(build_parser().parse_args(args)))
         router.state.apply_workers([WorkerSpec(url, "h2c", (MODEL,))])
         handler: Any = router.proxy.handle
-    elif mode in ROUTE_REQUESTS or workers or mode in ("h2c-router", "router-log", "router-sse"):
+    elif (
+        mode in ROUTE_REQUESTS
+        or workers
+        or mode in ("h2c-router", "h2c-router-sse", "router-log", "router-sse")
+    ):
         urls = [f"http://127.0.0.1:{9 + i}" for i in range(max(1, workers))]
         args = ["--listen", "127.0.0.1:0", "--worker", urls[0], "--override-sampling-params", CONTRACT]
         if mode == "router-log":
@@ -287,11 +340,10 @@ async def _drive(mode: str, n: int) -> None:
     done = loop.create_future()
     answered = 0
     if mode.startswith("h2c-"):
-        await _drive_h2c(loop, handler, n, done)
+        await _drive_h2c(loop, handler, n, done, _FRONT_SSE if mode == "h2c-router-sse" else _FRONT)
         return
     client = Http1Connection(ServerContext(handler, ServerLimits(), loop))
 
-    streamed = mode == "router-sse"
     in_answer = False
 
     def on_answer(data: bytes) -> None:
@@ -316,7 +368,9 @@ async def _drive(mode: str, n: int) -> None:
         await router.access_log.stop()  # type: ignore[union-attr]  # the last batch: encoded and written
 
 
-async def _drive_h2c(loop: asyncio.AbstractEventLoop, handler: Any, n: int, done: Any) -> None:
+async def _drive_h2c(
+    loop: asyncio.AbstractEventLoop, handler: Any, n: int, done: Any, template: tuple[bytes, ...]
+) -> None:
     """The ``h2c-*`` rows: one h2c client connection of the front door, one stream at a time."""
     from dataplane.http import ServerLimits
     from dataplane.http.context import ServerContext
@@ -352,11 +406,11 @@ async def _drive_h2c(loop: asyncio.AbstractEventLoop, handler: Any, n: int, done
             done.set_result(None)
             return
         stream_id += 2
-        request, settings_ack = settings_ack + _front_request(stream_id), b""
+        request, settings_ack = settings_ack + _front_request(stream_id, template), b""
         loop.call_soon(server.data_received, request)
 
     server.connection_made(MemoryTransport(on_bytes))  # type: ignore[arg-type]
-    loop.call_soon(server.data_received, _FRONT_START + _front_request(stream_id))
+    loop.call_soon(server.data_received, _FRONT_START + _front_request(stream_id, template))
     await done
 
 
@@ -376,9 +430,19 @@ def _memory_loop(answer: list[bytes]) -> Any:
             if isinstance(conn, H2Connection):
                 # An h2c worker: its frames for each request HEADERS, in a later loop turn.
                 def worker(data: bytes) -> None:
+                    if answer is UPSTREAM_SSE:
+                        reads = _h2_sse_reads(data)
+                        if reads:
+                            self.call_soon(feed_h2, reads, 0)
+                        return
                     frames = _h2_answers(data)
                     if frames:
                         self.call_soon(conn.data_received, frames)
+
+                def feed_h2(reads: list[bytes], i: int) -> None:
+                    conn.data_received(reads[i])
+                    if i + 1 < len(reads):
+                        self.call_soon(feed_h2, reads, i + 1)
 
                 transport = MemoryTransport(worker)
                 conn.connection_made(transport)  # type: ignore[arg-type]
@@ -451,7 +515,7 @@ def main() -> int:
 
         gc.collect()
         gc.freeze()
-        answer = UPSTREAM_SSE if args.inner == "router-sse" else [UPSTREAM_ANSWER]
+        answer = UPSTREAM_SSE if args.inner.endswith("-sse") else [UPSTREAM_ANSWER]
         uvloop.run(_drive(args.inner, args.requests), loop_factory=lambda: _memory_loop(answer))
         return 0
     if shutil.which("valgrind") is None:
@@ -468,14 +532,18 @@ def main() -> int:
         modes.append("router-log")
     if args.stream:
         modes.append("router-sse")
+        if args.h2c:
+            modes.append("router-h2c-sse")
+        if args.front_h2c:
+            modes.append("h2c-router-sse")
     if args.workers:
         modes.append(f"router-{args.workers}w")
     for mode in modes:
         per_request[mode] = (_instructions(mode, n) - _instructions(mode, small)) / (n - small)
     print(f"router instructions — 1 KiB chat body, in-memory transports, uvloop, {n} - {small} requests")
-    print(f"{'mode':<10}{'instructions/req':>18}{'x bare':>8}")
+    print(f"{'mode':<16}{'instructions/req':>18}{'x bare':>8}")
     for mode, value in per_request.items():
-        print(f"{mode:<10}{value:>18,.0f}{value / per_request['bare']:>8.2f}")
+        print(f"{mode:<16}{value:>18,.0f}{value / per_request['bare']:>8.2f}")
     return 0
 
 

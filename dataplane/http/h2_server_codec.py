@@ -36,7 +36,9 @@ queues RST_STREAM and tells the listener (``on_stream_error``).
 
 from __future__ import annotations
 
-from typing import Final, Protocol
+from typing import Final
+
+from mypy_extensions import mypyc_attr
 
 from dataplane.http.h2_frames import (
     ACK,
@@ -51,7 +53,6 @@ from dataplane.http.h2_frames import (
     FRAME_SIZE_ERROR,
     GOAWAY,
     HEADERS,
-    MAX_STREAM_ID,
     MAX_WINDOW,
     OCTETS,
     PADDED,
@@ -140,20 +141,65 @@ _LENGTHS: Final[dict[int, bytes]] = {}
 _LENGTHS_MAX: Final = 1024
 
 
+class _LastAnswer:
+    """The previous answer's status, fields and block (``encode_response``)."""
+
+    __slots__ = ("block", "fields", "status")
+
+    def __init__(self) -> None:
+        self.status = 0  # no answer yet
+        self.fields: Headers = []
+        self.block = b""
+
+
+# Before the table, the previous answer: a worker's answers repeat their header list, and the
+# values arrive as new bytes objects each time, so a table lookup hashes every value anew and
+# compares it once more; comparing with the previous answer's fields is the compare alone.
+_LAST: Final = _LastAnswer()
+
+
+def _same_fields(fields: Headers, last: Headers) -> bool:
+    n = len(fields)
+    if n != len(last):
+        return False
+    for i in range(n):
+        # Compiled, a field is read as two references (no tuple: ``is`` on it would box one).
+        name, value = fields[i]
+        seen_name, seen_value = last[i]
+        if name != seen_name or value != seen_value:
+            return False
+    return True
+
+
 def encode_response(status: int, headers: Headers, content_length: int | None) -> bytes:
     """The HPACK block of an answer (RFC 7541 §6.1, §6.2.2): ``:status``, the fields that are not
     connection-specific (RFC 9113 §8.2.2), then ``content-length`` if given. No encoder state.
     Raises ``ValueError`` for an impossible status (before anything is sent)."""
-    key = (status, tuple(headers))
-    block = _BLOCKS.get(key)
-    if block is None:
-        block = _encode_fields(status, headers)
-        if len(block) <= _BLOCK_CACHED_MAX:
+    last = _LAST
+    if status == last.status and _same_fields(headers, last.fields):
+        block = last.block
+    else:
+        key = (status, tuple(headers))
+        cached = _BLOCKS.get(key)
+        if cached is None:
+            block = _encode_fields(status, headers)
+            if len(block) > _BLOCK_CACHED_MAX:
+                return block if content_length is None else block + _length_field(content_length)
             if len(_BLOCKS) >= _BLOCKS_MAX:
                 _BLOCKS.clear()
             _BLOCKS[key] = block
+        else:
+            block = cached
+        last.status = status
+        last.fields = list(headers)  # a copy: the caller may reuse its list
+        last.block = block
     if content_length is None:
         return block
+    return block + _length_field(content_length)
+
+
+def _length_field(content_length: int) -> bytes:
+    """``content-length: N`` (literal without indexing, static name), cached by N."""
     field = _LENGTHS.get(content_length)
     if field is None:
         digits = b"%d" % content_length
@@ -161,7 +207,7 @@ def encode_response(status: int, headers: Headers, content_length: int | None) -
         if len(_LENGTHS) >= _LENGTHS_MAX:
             _LENGTHS.clear()
         _LENGTHS[content_length] = field
-    return block + field
+    return field
 
 
 def _encode_fields(status: int, headers: Headers) -> bytes:
@@ -197,28 +243,40 @@ class StreamClosed(Exception):
     """Sending on a stream that is no longer open on our side (reset, or already ended)."""
 
 
-class ServerListener(Protocol):
+# Compiled (scripts/build_mypyc.sh), a native base class rather than a Protocol: the codec's
+# calls (two per request) are vtable calls, not lookups by name with boxed arguments. Test and
+# bench listeners are interpreted subclasses.
+@mypyc_attr(allow_interpreted_subclasses=True)
+class ServerListener:
     """What the connection does with decoded frames (called from ``ServerCodec.feed``)."""
 
-    def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None: ...
-    def on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None: ...
-    def on_trailers(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None: ...
-    def on_malformed_block(self, stream_id: int) -> None: ...
+    def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None:
+        raise NotImplementedError
+
+    def on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
+        raise NotImplementedError
+
+    def on_trailers(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
+        raise NotImplementedError
+
+    def on_malformed_block(self, stream_id: int) -> None:
+        raise NotImplementedError
+
     def on_client_reset(self, stream_id: int) -> bool:
         """The client reset an open stream; True to stop reading (the connection is ending)."""
-        ...
+        raise NotImplementedError
 
     def on_stream_error(self, stream_id: int) -> None:
         """The codec reset an open stream for the client's violation (§5.4.2)."""
-        ...
+        raise NotImplementedError
 
     def on_window(self, stream_id: int) -> None:
         """More send window on ``stream_id`` (0: the connection's, or every stream's)."""
-        ...
+        raise NotImplementedError
 
     def on_peer_goaway(self, code: int) -> bool:
         """The client's GOAWAY; True to stop reading (the connection is ending)."""
-        ...
+        raise NotImplementedError
 
 
 class _HeaderDecoder:
@@ -235,29 +293,41 @@ class _HeaderDecoder:
     lists are shared: callers only read them.
     """
 
-    __slots__ = ("_decoded", "_decoder", "_generation")
+    __slots__ = ("_decoded", "_decoder", "_generation", "_last_block", "_last_fields")
 
     def __init__(self, max_header_list_size: int) -> None:
         self._decoder = Decoder(max_header_list_size=max_header_list_size)
         self._decoded: dict[bytes, list[tuple[bytes, bytes]]] = {}
         self._generation = 0
+        # The block decoded last, when cached (the same table generation): each block arrives
+        # as a new bytes object, so the table lookup hashes it anew; an equal compare does not.
+        self._last_block = b""
+        self._last_fields: list[tuple[bytes, bytes]] = []
 
     def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
         decoder = self._decoder
         generation = decoder.generation
         if generation == self._generation:
+            if block == self._last_block:
+                return self._last_fields
             cached = self._decoded.get(block)
             if cached is not None:
+                self._last_block = block
+                self._last_fields = cached
                 return cached
         else:
             self._decoded.clear()
             self._generation = generation
+            self._last_block = b""  # (an empty block decodes to no fields, table or not)
+            self._last_fields = []
         try:
             headers = decoder.decode(block)
         except HpackError as exc:
             raise H2ProtocolError(f"bad header block: {exc}", COMPRESSION_ERROR) from exc
         if decoder.generation == generation and len(self._decoded) < 256:
             self._decoded[block] = headers
+            self._last_block = block
+            self._last_fields = headers
         return headers
 
 
@@ -291,6 +361,7 @@ class ServerCodec:
         "_stream_window",
         "_streams",
         "conn_send_window",
+        "data_frames",
         "highest_stream_id",
         "out",
         "peer_initial_window",
@@ -324,6 +395,7 @@ class ServerCodec:
         self._conn_recv = self._conn_recv_max
         self._conn_unacked = 0
         self.highest_stream_id = 0
+        self.data_frames = 0  # DATA frames sent (h2_guard's WINDOW_UPDATE limit is relative to them)
         # The client's settings (RFC 9113 §6.5.2 defaults until its SETTINGS arrives).
         self.peer_initial_window = DEFAULT_WINDOW
         self.peer_max_frame = 16384
@@ -367,7 +439,9 @@ class ServerCodec:
                 break
             kind = buf[pos + 3]
             flags = buf[pos + 4]
-            sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & MAX_STREAM_ID
+            # The reserved bit cleared (RFC 9113 §4.1); from the octets: compiled,
+            # ``int.from_bytes`` is a generic call and its slice a copy.
+            sid = ((buf[pos + 5] & 0x7F) << 24) | (buf[pos + 6] << 16) | (buf[pos + 7] << 8) | buf[pos + 8]
             payload = buf[pos + 9 : end]
             pos = end
             if self._continuation is not None and kind != CONTINUATION:
@@ -659,6 +733,7 @@ class ServerCodec:
             return False
         stream.send -= n
         self.conn_send_window -= n
+        self.data_frames += 1
         # Each frame header (RFC 9113 §4.1: length, type, flags, stream id) as one integer: one
         # conversion each, no tuple of small ints.
         m = len(block)
@@ -678,7 +753,7 @@ class ServerCodec:
             del self._streams[sid]
         return True
 
-    def send_data(self, sid: int, data: bytes | bytearray | memoryview, end_stream: bool) -> None:
+    def send_data(self, sid: int, data: bytes, end_stream: bool) -> None:
         """One DATA frame; ``data`` must fit ``window(sid)`` and the client's frame size."""
         stream = self._streams.get(sid)
         if stream is None:
@@ -686,10 +761,47 @@ class ServerCodec:
         n = len(data)
         stream.send -= n
         self.conn_send_window -= n
+        self.data_frames += 1
         head = (n << 48) | (_DATA_END_STREAM if end_stream else 0) | sid
         self.out.append(head.to_bytes(9, "big") + data)
         if end_stream:
             self._local_end(sid)
+
+    def send_fitting(self, sid: int, data: bytes, end_stream: bool) -> int:
+        """DATA frames of ``data`` from its start as far as the windows and the client's frame
+        size allow, END_STREAM on the last if all of it went and ``end_stream`` (an empty
+        ``data``: one empty frame then); the octets sent. ``window`` + ``send_data`` in one
+        stream lookup, for the common case of a chunk that fits."""
+        stream = self._streams.get(sid)
+        if stream is None:
+            raise StreamClosed(sid)
+        total = len(data)
+        limit = self.peer_max_frame
+        offset = 0
+        while offset < total:
+            n = stream.send
+            conn = self.conn_send_window
+            if conn < n:
+                n = conn
+            if n <= 0:
+                break
+            if n > limit:
+                n = limit
+            if n > total - offset:
+                n = total - offset
+            stream.send -= n
+            self.conn_send_window -= n
+            self.data_frames += 1
+            end = end_stream and offset + n == total
+            head = (n << 48) | (_DATA_END_STREAM if end else 0) | sid
+            self.out.append(head.to_bytes(9, "big") + (data if n == total else data[offset : offset + n]))
+            offset += n
+        if offset == total and end_stream:
+            if not total:
+                self.data_frames += 1
+                self.out.append((_DATA_END_STREAM | sid).to_bytes(9, "big"))
+            self._local_end(sid)
+        return offset
 
     def _local_end(self, sid: int) -> None:
         stream = self._streams[sid]

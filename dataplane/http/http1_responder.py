@@ -117,6 +117,29 @@ class H1Responder(Responder):
             conn.emit(self, answer)
         conn.answer_done(self)
 
+    @property
+    def takes_as_is(self) -> bool:
+        # Else the head the server writes would differ: connection: close (not kept alive, or
+        # maybe the connection's last answer), or no body (HEAD).
+        conn = self._conn
+        return (
+            not self._state
+            and self._keep_alive
+            and not self._head
+            and not conn.closing
+            and not conn.ctx.draining
+        )
+
+    def respond_as_is(self, answer: bytes) -> bool:
+        if not self.takes_as_is:
+            return False
+        conn = self._conn
+        self._state = DONE
+        if not conn.lost and not self._disc:
+            conn.emit(self, answer)
+            conn.answer_done(self)
+        return True
+
     def start(self, status: int, headers: Headers) -> None:
         head = self._start(status, headers)
         if head is not None:

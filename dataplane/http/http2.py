@@ -40,7 +40,7 @@ from dataplane.http.h2_frames import (
     H2ProtocolError,
 )
 from dataplane.http.h2_guard import FrameGuard
-from dataplane.http.h2_server_codec import ServerCodec
+from dataplane.http.h2_server_codec import ServerCodec, ServerListener
 from dataplane.http.http2_output import Http2Output
 from dataplane.http.http2_responder import H2Responder
 from dataplane.http.request import Request, dispatch
@@ -65,7 +65,7 @@ class Http2Connection(Http2Output):
         # Our settings take effect at once (streams are created with these windows); the peer
         # applies them when it reads our SETTINGS.
         self.codec = ServerCodec(
-            self,
+            _Events(self),
             max_concurrent_streams=limits.h2_max_concurrent_streams,
             # No more credit than the connection may hold of bodies still arriving (RFC 9113's
             # default window of 65535 at least; past the limit a stream is refused).
@@ -90,11 +90,18 @@ class Http2Connection(Http2Output):
         self._max_held = ctx.limits.max_buffered_body_bytes
         self._max_in_transit = ctx.limits.max_connection_body_bytes
         self._in_transit = 0  # bytes of bodies still arriving on this connection
-        self._data_frames = 0  # DATA frames sent (the WINDOW_UPDATE flood limit is relative to them)
-        self._guard = FrameGuard(ctx.limits, ctx.loop.time, self._data_frames_sent)
+        self._now = ctx.loop.time
+        self._guard = FrameGuard(ctx.limits, self._now, self._data_frames_sent)
+        # Requests whose body was still arriving at the end of a read: their read deadlines are
+        # armed then (``_arm_read_deadlines``), one clock read for the lot, none for a request
+        # whose DATA came with its HEADERS. The first such stream, and whether there were more.
+        self._to_arm: H2Responder | None = None
+        self._arm_many = False
         self._cut = False  # ended for a framing error or a flood: input is ignored
-        # Checked request blocks by the identity of the codec's decoded list (``on_request``).
-        self._parsed: dict[int, tuple[list[tuple[bytes, bytes]], bytes, bytes, Headers, int]] = {}
+        # Checked request blocks by the identity of the codec's decoded list (``on_request``),
+        # the last one apart (one identity compare, no lookup).
+        self._parsed: dict[int, _Checked] = {}
+        self._last_checked: _Checked | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -104,7 +111,7 @@ class Http2Connection(Http2Output):
         set_nodelay(transport)
         self._ctx.connections.add(self)
         self._flush()
-        self._deadline = self.loop.time() + self.limits.idle_timeout_s
+        self._deadline = self._now() + self.limits.idle_timeout_s
         if self._ctx.draining:  # handed over from HTTP/1.1 detection while the server drains
             self.shutdown()
 
@@ -129,6 +136,8 @@ class Http2Connection(Http2Output):
             return
         finally:
             self._feeding = False
+        if self._to_arm is not None:
+            self._arm_read_deadlines()
         if self.codec.out:
             self._flush()
 
@@ -167,23 +176,22 @@ class Http2Connection(Http2Output):
         # repeats its blocks): its checked form is kept, keyed by the list's identity (the entry
         # holds the list, so its id cannot be reused meanwhile); each request gets its own copy
         # of the headers.
-        key = id(fields)
-        parsed = self._parsed.get(key)
-        if parsed is not None and parsed[0] is fields:
-            _, method, path, checked, length = parsed
-            headers = list(checked)
-        else:
-            try:
-                method, path, headers, length = request_fields(fields)
-            except MalformedRequest as exc:
-                resp = self._streams[sid] = H2Responder(self, sid, b"", exc.target, [])
-                self._malformed(resp, exc)
-                return
-            if len(self._parsed) >= 64:
-                self._parsed.clear()
-            self._parsed[key] = (fields, method, path, headers, length)
-            headers = list(headers)
-        resp = H2Responder(self, sid, method, path, headers)
+        checked = self._last_checked
+        if checked is None or checked.fields is not fields:
+            checked = self._parsed.get(id(fields))
+            if checked is None or checked.fields is not fields:
+                try:
+                    method, path, headers, length = request_fields(fields)
+                except MalformedRequest as exc:
+                    resp = self._streams[sid] = H2Responder(self, sid, b"", exc.target, [])
+                    self._malformed(resp, exc)
+                    return
+                if len(self._parsed) >= 64:
+                    self._parsed.clear()
+                checked = self._parsed[id(fields)] = _Checked(fields, method, path, headers, length)
+            self._last_checked = checked
+        length = checked.length
+        resp = H2Responder(self, sid, checked.method, checked.path, list(checked.headers))
         self._streams[sid] = resp
         if length >= 0:
             resp._length = length
@@ -193,7 +201,24 @@ class Http2Connection(Http2Output):
         if end_stream:
             self._request_ended(resp)
         else:
-            resp._deadline = self.loop.time() + self.limits.read_timeout_s
+            resp._deadline = -1.0  # armed at the end of this read if the body is still arriving
+            if self._to_arm is None:
+                self._to_arm = resp
+            else:
+                self._arm_many = True
+
+    def _arm_read_deadlines(self) -> None:
+        """``read_timeout_s`` from now for the requests begun in this read and not complete."""
+        first, self._to_arm = self._to_arm, None
+        assert first is not None
+        if self._arm_many:
+            self._arm_many = False
+            deadline = self._now() + self.limits.read_timeout_s
+            for resp in self._streams.values():
+                if resp._deadline < 0:
+                    resp._deadline = deadline
+        elif first._deadline < 0:
+            first._deadline = self._now() + self.limits.read_timeout_s
 
     def on_data(self, sid: int, data: bytes, end_stream: bool) -> None:
         resp = self._streams.get(sid)
@@ -313,7 +338,7 @@ class Http2Connection(Http2Output):
     # -- floods ---------------------------------------------------------------------------------
 
     def _data_frames_sent(self) -> int:
-        return self._data_frames
+        return self.codec.data_frames
 
     def _cut_off(self, code: int) -> None:
         """A frame too large, or a flood (``h2_guard``): GOAWAY with ``code``, then close."""
@@ -335,7 +360,7 @@ class Http2Connection(Http2Output):
                 self._goaway_and_close()
             return
         for resp in list(self._streams.values()):
-            if resp._deadline and now >= resp._deadline and resp._body is not None:
+            if resp._deadline > 0 and now >= resp._deadline and resp._body is not None:
                 self._refuse(resp, TIMED_OUT)
         self._flush()
 
@@ -360,3 +385,56 @@ class Http2Connection(Http2Output):
     def kill(self) -> None:
         if self.transport is not None:
             self.transport.abort()
+
+
+class _Checked:
+    """A request header list that ``request_fields`` accepted, and what it gave."""
+
+    __slots__ = ("fields", "headers", "length", "method", "path")
+
+    def __init__(
+        self, fields: list[tuple[bytes, bytes]], method: bytes, path: bytes, headers: Headers, length: int
+    ) -> None:
+        self.fields = fields  # the codec's list (kept: its identity is the key)
+        self.method = method
+        self.path = path
+        self.headers = headers  # never handed out: each request gets a copy
+        self.length = length
+
+
+class _Events(ServerListener):
+    """The codec's listener: each event goes to the connection's method of the same name.
+
+    An object of its own because the connection's single native base chain is taken
+    (``Http2Output`` -> ``StreamHost`` -> ``WriteBackpressure``); compiled, the codec's call and
+    this one are both vtable calls (through a Protocol, the codec's was a lookup by name).
+    """
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: Http2Connection) -> None:
+        self._conn = conn
+
+    def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None:
+        self._conn.on_request(stream_id, headers, end_stream)
+
+    def on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
+        self._conn.on_data(stream_id, data, end_stream)
+
+    def on_trailers(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self._conn.on_trailers(stream_id, headers)
+
+    def on_malformed_block(self, stream_id: int) -> None:
+        self._conn.on_malformed_block(stream_id)
+
+    def on_client_reset(self, stream_id: int) -> bool:
+        return self._conn.on_client_reset(stream_id)
+
+    def on_stream_error(self, stream_id: int) -> None:
+        self._conn.on_stream_error(stream_id)
+
+    def on_window(self, stream_id: int) -> None:
+        self._conn.on_window(stream_id)
+
+    def on_peer_goaway(self, code: int) -> bool:
+        return self._conn.on_peer_goaway(code)

@@ -2,13 +2,17 @@
 
 Outbound data beyond the peer's window (RFC 9113 §5.2) waits in a per-stream buffer until
 WINDOW_UPDATE, so one slow stream never blocks the others; streams still waiting are served
-round-robin. A streaming writer waits once ``h2_stream_buffer_bytes`` of its answer is queued
-(``H2Responder``). Frames queued in the codec leave in one write per loop turn (``schedule_flush``).
+round-robin. A streaming writer waits (``write``), or is told to hold its producer back
+(``send`` answers False until ``writable``), once ``h2_stream_buffer_bytes`` of its answer is
+queued (``H2Responder``). Frames queued in the codec leave at once while their stream is the only
+one open, else in one write per loop turn (``flush_for``, ``schedule_flush``); inside
+``data_received`` at its end.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from dataplane.http.context import ServerContext
 from dataplane.http.h2_server_codec import StreamClosed
@@ -33,8 +37,8 @@ class Http2Output(StreamHost):
     _goaway_sent: bool
     _peer_goaway: bool
     _answered: int
-    _data_frames: int
     _in_transit: int
+    _now: Callable[[], float]  # the loop's clock, bound once (compiled: no lookup by name per read)
 
     def release_body(self, resp: H2Responder) -> None:
         """``resp``'s request body is no longer held: dropped, or its answer is done."""
@@ -71,27 +75,12 @@ class Http2Output(StreamHost):
             pending += data
             resp._end_pending = end
             return
-        codec = self.codec
-        sid = resp._sid
-        total = len(data)
-        offset = 0
-        max_frame = codec.peer_max_frame
-        while offset < total:
-            window = codec.window(sid)
-            if window <= 0:
-                break
-            n = min(window, max_frame, total - offset)
-            last = offset + n == total
-            codec.send_data(sid, data if n == total else data[offset : offset + n], end and last)
-            self._data_frames += 1
-            offset += n
-        if offset < total:
-            resp._pending = bytearray(memoryview(data)[offset:])
+        sent = self.codec.send_fitting(resp._sid, data, end)
+        if sent < len(data):
+            resp._pending = bytearray(memoryview(data)[sent:])
             resp._end_pending = end
-            self._blocked[sid] = resp
+            self._blocked[resp._sid] = resp
         elif end:
-            if not total:
-                codec.send_data(sid, b"", True)
             self.stream_done(resp)
 
     def _send_pending(self, resp: H2Responder) -> None:
@@ -103,14 +92,16 @@ class Http2Output(StreamHost):
         max_frame = codec.peer_max_frame
         try:
             while pending:
-                window = codec.window(sid)
-                if window <= 0:
+                n = codec.window(sid)
+                if n <= 0:
                     break
-                n = min(window, max_frame, len(pending))
+                if n > max_frame:
+                    n = max_frame
+                if n > len(pending):
+                    n = len(pending)
                 chunk = bytes(pending[:n])
                 del pending[:n]  # O(1) at the front of a bytearray
                 codec.send_data(sid, chunk, resp._end_pending and not pending)
-                self._data_frames += 1
         except StreamClosed:
             self.on_reset(sid)
             return
@@ -130,13 +121,16 @@ class Http2Output(StreamHost):
         self.schedule_flush()
 
     def sent_whole(self, resp: H2Responder) -> None:
-        self._data_frames += 1
         self.stream_done(resp)
 
     def stream_done(self, resp: H2Responder) -> None:
         if resp._rst_code is not None:
             self.codec.reset_stream(resp._sid, resp._rst_code)  # nothing if the stream is closed
-        if self._streams.pop(resp._sid, None) is not None:
+        streams = self._streams
+        sid = resp._sid
+        # ``in`` + ``del``, not ``pop(sid, None)``: compiled, dict.pop is a call by name.
+        if sid in streams:
+            del streams[sid]
             if resp._body_bytes:
                 self.release_body(resp)
             self._answered += 1
@@ -149,10 +143,27 @@ class Http2Output(StreamHost):
             self.schedule_flush()
             self.loop.call_soon(self._close_transport)
         else:
-            self._deadline = self.loop.time() + self.limits.idle_timeout_s
+            self._deadline = self._now() + self.limits.idle_timeout_s
 
     def schedule_flush(self) -> None:
+        """Send what the codec has queued once per loop turn (inside ``data_received``: at its
+        end), the frames of several streams in one write."""
         if not self._flush_scheduled and not self._feeding:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def flush_for(self, resp: H2Responder) -> None:
+        """``schedule_flush`` after ``resp`` queued frames, but at once while no other stream is
+        open: then no other stream's frames could join the write within the loop turn, and a
+        client sending one request at a time gets each answer without a call_soon and a loop
+        turn in between."""
+        if self._feeding:
+            return
+        streams = self._streams
+        n = len(streams)
+        if n == 0 or (n == 1 and resp._sid in streams):
+            self._flush()
+        elif not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
 

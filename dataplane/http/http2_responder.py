@@ -51,6 +51,10 @@ class StreamHost(WriteBackpressure):
         """Send what the codec has queued, once per loop iteration."""
         raise NotImplementedError
 
+    def flush_for(self, resp: H2Responder) -> None:
+        """``schedule_flush`` after ``resp`` queued frames (at once if no other stream is open)."""
+        raise NotImplementedError
+
 
 class H2Responder(Responder):
     """One h2 stream: its request while it arrives, then its answer (see ``Responder``)."""
@@ -123,7 +127,7 @@ class H2Responder(Responder):
                 conn.send_body(self, body, True)
         except StreamClosed:
             conn.on_reset(self._sid)
-        conn.schedule_flush()
+        conn.flush_for(self)
 
     def start(self, status: int, headers: Headers) -> None:
         if self._state:
@@ -140,22 +144,91 @@ class H2Responder(Responder):
             conn.codec.send_headers(self._sid, block, False)
         except StreamClosed:
             conn.on_reset(self._sid)
-        conn.schedule_flush()
+        conn.flush_for(self)
 
     async def write(self, chunk: bytes) -> None:
         if self._state != STREAMING:
             raise RuntimeError("write() needs start() first and no end()")
+        if not self.send(chunk):
+            await self.writable()
+
+    # -- sending from callbacks (``Responder.sends_now``; ``router.path.relay.StreamRelay``) --
+
+    @property
+    def sends_now(self) -> bool:
+        return True
+
+    def send(self, chunk: bytes) -> bool:
+        """DATA within the windows now, the rest queued on the stream (RFC 9113 §5.2); False
+        once more than ``h2_stream_buffer_bytes`` waits for the client's credit or the socket
+        is paused: the caller holds its producer back until ``writable()``, so a client that
+        opens no window holds the worker back instead of growing the queue."""
+        if self._state != STREAMING:
+            raise RuntimeError("send() needs start() first and no end()")
         if self._disc:
             raise ClientDisconnected
         if not chunk or self._head:
-            return
+            return True
         conn = self._conn
         try:
             conn.send_body(self, chunk, False)
         except StreamClosed:
             conn.on_reset(self._sid)
             raise ClientDisconnected from None
-        conn.schedule_flush()
+        conn.flush_for(self)
+        return self._takes_more(conn)
+
+    def start_sending(self, status: int, headers: Headers, first: bytes) -> bool:
+        """HEADERS and the first DATA in one write."""
+        if self._state:
+            raise RuntimeError("the answer has already started")
+        conn = self._conn
+        if self._disc or conn.lost:
+            self._state = STREAMING
+            if first:
+                raise ClientDisconnected  # as ``send(first)`` would
+            return True
+        block = encode_response(status, headers, None)
+        self._state = STREAMING
+        if not body_allowed(status):
+            self._head = True  # nothing may follow the headers; end() closes the stream
+        try:
+            conn.codec.send_headers(self._sid, block, False)
+            if first and not self._head:
+                conn.send_body(self, first, False)
+        except StreamClosed:
+            conn.on_reset(self._sid)
+            if first:
+                raise ClientDisconnected from None
+            return True
+        conn.flush_for(self)
+        return self._takes_more(conn)
+
+    def send_last(self, last: bytes) -> None:
+        """The last DATA with END_STREAM (queued behind flow control if need be), one write."""
+        if self._state != STREAMING:
+            raise RuntimeError("send_last() needs start() first and no end()")
+        self._state = DONE
+        conn = self._conn
+        if self._disc or conn.lost:
+            return
+        try:
+            conn.send_body(self, b"" if self._head else last, True)
+        except StreamClosed:
+            conn.on_reset(self._sid)
+            return
+        conn.flush_for(self)
+
+    def _takes_more(self, conn: StreamHost) -> bool:
+        pending = self._pending
+        if pending is not None and len(pending) > conn.limits.h2_stream_buffer_bytes:
+            return False
+        return not conn.write_paused
+
+    async def writable(self) -> None:
+        conn = self._conn
+        if self._disc:
+            raise ClientDisconnected
         pending = self._pending
         if pending is not None and len(pending) > conn.limits.h2_stream_buffer_bytes:
             fut = self._flow_waiter = conn.loop.create_future()
@@ -168,10 +241,12 @@ class H2Responder(Responder):
                 raise ClientDisconnected from None
             finally:
                 self._flow_waiter = None
-            if self._disc:
+        while conn.write_paused:
+            if self._disc or conn.lost:
                 raise ClientDisconnected
-        if conn.write_paused:
             await conn.wait_writable()
+        if self._disc:
+            raise ClientDisconnected
 
     def end(self) -> None:
         if self._state == DONE:
@@ -191,7 +266,7 @@ class H2Responder(Responder):
             conn.on_reset(self._sid)
             return
         conn.stream_done(self)
-        conn.schedule_flush()
+        conn.flush_for(self)
 
     def abort(self) -> None:
         if self._state == DONE and self._pending is None:
@@ -202,7 +277,7 @@ class H2Responder(Responder):
             return
         conn.codec.reset_stream(self._sid, INTERNAL_ERROR)
         conn.on_reset(self._sid)
-        conn.schedule_flush()
+        conn.flush_for(self)
 
     @property
     def started(self) -> bool:

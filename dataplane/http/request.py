@@ -87,6 +87,19 @@ class Responder:
     def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         raise NotImplementedError
 
+    @property
+    def takes_as_is(self) -> bool:
+        """Whether ``respond_as_is`` would send an answer now: an HTTP/1.1 answer that needs
+        nothing of the server's own (kept alive, not to a HEAD request). Cheap: a proxy asks
+        before it prepares such an answer."""
+        return False
+
+    def respond_as_is(self, answer: bytes) -> bool:
+        """Send ``answer``, a complete HTTP/1.1 answer (status line, head, body framed by its
+        Content-Length) that a proxy received from its own upstream and may forward unchanged,
+        if ``takes_as_is``. False: nothing was sent, answer with ``respond``."""
+        return False
+
     def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         raise NotImplementedError
 

@@ -118,6 +118,21 @@ _CRLF: Final = b"\r\n"
 _LENGTH_LINES: Final[dict[int, bytes]] = {}
 _LENGTH_LINES_MAX: Final = 4096
 
+# Content-Length values seen, as ASCII digits (bounded like ``_LENGTH_LINES``): a lookup
+# instead of formatting the number per request.
+_DECIMALS: Final[dict[int, bytes]] = {}
+
+
+def decimal(n: int) -> bytes:
+    """``n`` in ASCII decimal digits."""
+    digits = _DECIMALS.get(n)
+    if digits is None:
+        digits = b"%d" % n
+        if len(_DECIMALS) < _LENGTH_LINES_MAX:
+            _DECIMALS[n] = digits
+    return digits
+
+
 # Headers the server itself decides on HTTP/1.1 (RFC 9112 §6, §9.6): the handler's are dropped.
 _H1_FRAMING: Final = frozenset({b"content-length", b"transfer-encoding", b"connection", b"keep-alive"})
 

@@ -66,6 +66,18 @@ def encode_lines(entries: list[AccessLine]) -> bytes:
     return _ENCODER.encode_lines(entries)
 
 
+def _method_name(method: bytes) -> str | None:
+    """The line's ``method``: the request's, None when the server answered before reading it.
+
+    POST and GET compared first: a request's method is a new bytes object per request, and
+    decoding it makes a new str (~220 instructions compiled, a compare ~40)."""
+    if method == b"POST":
+        return "POST"
+    if method == b"GET":
+        return "GET"
+    return method.decode("latin-1") if method else None
+
+
 class AccessLog:
     """The buffer the request path appends to, and its periodic flush to the sink."""
 
@@ -91,12 +103,11 @@ class AccessLog:
         if responder is None:
             entries.append(AccessLine(_now(), route, None, status, None, duration_s, None, None, revision))
         else:
-            method = responder.method
             entries.append(
                 AccessLine(
                     _now(),
                     route,
-                    method.decode("latin-1") if method else None,
+                    _method_name(responder.method),
                     status,
                     responder.error_code,
                     duration_s,

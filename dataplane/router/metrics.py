@@ -1,11 +1,12 @@
 """Router metrics (SPEC §8), rendered by prometheus-client at scrape time.
 
-The hot path only bumps plain Python numbers (a dict lookup and an add; no lock, no
-``.labels()`` call): ``RouteStats`` objects are created once per route and cached, per-worker
-upstream counters live in a dict keyed by (url, protocol, outcome). A custom collector turns
-them into metric families when ``/metrics`` is scraped, together with the gauges that are read
-straight from live state (in-flight per worker, queue depth, revision, control-plane link), so
-those cost nothing per request either.
+The hot path only bumps plain Python numbers (no lock, no ``.labels()`` call, no key built):
+``RouteStats`` objects are created once per route and cached, a worker's upstream counts are an
+object it holds (``Worker.outcomes``, one per (url, protocol) kept by ``RouterState``, so they
+outlive the worker), histogram slots are ``Tally`` fields. A custom collector turns them into
+metric families when ``/metrics`` is scraped, together with the gauges that are read straight
+from live state (in-flight per worker, queue depth, revision, control-plane link), so those cost
+nothing per request either.
 
 Series: ``fleetplane_sampling_contract_rejections_total{scope,param}`` (absent before the first
 rejection), ``fleetplane_requests_total{route,code}`` (code = HTTP status),
@@ -37,6 +38,7 @@ from dataplane.http import Responder
 from dataplane.router.access_log import AccessLog
 from dataplane.router.admission import Admission
 from dataplane.router.clients import ClientKeys
+from dataplane.router.fleet.workers import UpstreamOutcomes, Worker
 from dataplane.router.state import RouterState
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
@@ -76,55 +78,137 @@ def bucket_of(duration_s: float) -> int:
     (``bisect.bisect_left(BUCKETS_S, duration_s)``; past the largest bound, the last slot).
 
     A scan from the smallest bound rather than ``bisect_left``: compiled (scripts/build_mypyc.sh)
-    it is a few native float comparisons (answers take milliseconds: one to four of them) where
-    ``bisect_left`` is a generic call into the C module, ~800 instructions per observation.
+    it is a few native float comparisons (answers take milliseconds: one to five of them) where
+    ``bisect_left`` is a generic call into the C module, ~800 instructions per observation. The
+    bounds are written out, not read from ``BUCKETS_S``: its items are boxed floats, unboxed one
+    by one (~25 instructions each) where a literal is a constant. Every bound, and each side of
+    it, is checked against ``bisect_left`` over ``BUCKETS_S`` (tests/unit/router/
+    test_metrics_buckets.py): the two cannot drift apart unnoticed.
     """
-    i = 0
-    for bound in BUCKETS_S:
-        if not bound < duration_s:  # NaN lands in slot 0, as with bisect_left
-            return i
-        i += 1
-    return i
+    d = duration_s
+    # ``not d > bound`` rather than ``d <= bound``: NaN lands in slot 0, as with bisect_left.
+    if not d > 0.001:
+        return 0
+    if not d > 0.0025:
+        return 1
+    if not d > 0.005:
+        return 2
+    if not d > 0.01:
+        return 3
+    if not d > 0.025:
+        return 4
+    if not d > 0.05:
+        return 5
+    if not d > 0.1:
+        return 6
+    if not d > 0.25:
+        return 7
+    if not d > 0.5:
+        return 8
+    if not d > 1.0:
+        return 9
+    if not d > 2.5:
+        return 10
+    if not d > 5.0:
+        return 11
+    if not d > 10.0:
+        return 12
+    if not d > 30.0:
+        return 13
+    if not d > 60.0:
+        return 14
+    if not d > 120.0:
+        return 15
+    if not d > 300.0:
+        return 16
+    return 17
+
+
+class Tally:
+    """One count the hot path bumps (a histogram slot, the answers of one status).
+
+    A native object with an int field rather than an int in a list or dict: compiled
+    (scripts/build_mypyc.sh), ``tally.n += 1`` is a field add, where ``counts[i] += 1`` is a
+    generic in-place add (a new int object past 256) and a store.
+    """
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+def _tallies() -> list[Tally]:
+    return [Tally() for _ in range(len(BUCKETS_S) + 1)]  # last slot: above the largest bound
 
 
 class RouteStats:
     """Counters of one route: answers by status and the duration histogram."""
 
-    __slots__ = ("access", "buckets", "by_status", "count", "route", "sum_s")
+    __slots__ = ("_by_status", "_last", "_last_status", "_slots", "access", "count", "route", "sum_s")
 
     def __init__(self, route: str, access: AccessLog | None = None) -> None:
         self.route = route
         # --access-log: every answer counted here is also a line of the access log (one place
         # that sees every answer's route, status and duration; the responder carries the rest).
         self.access = access
-        self.by_status: dict[int, int] = {}
-        self.buckets = [0] * (len(BUCKETS_S) + 1)  # last slot: above the largest bound
+        self._by_status: dict[int, Tally] = {}
+        # The last status counted and its tally: a route's answers mostly repeat one status,
+        # counted then without a dict lookup.
+        self._last_status = -1
+        self._last = Tally()
+        self._slots = _tallies()
         self.count = 0
         self.sum_s = 0.0
 
+    @property
+    def by_status(self) -> dict[int, int]:
+        """Answers by HTTP status (every status counted at least once)."""
+        return {status: tally.n for status, tally in self._by_status.items()}
+
+    @property
+    def buckets(self) -> list[int]:
+        """The duration histogram: observations per slot of ``BUCKETS_S`` (not cumulative)."""
+        return [tally.n for tally in self._slots]
+
     def observe(self, status: int, duration_s: float, responder: Responder | None = None) -> None:
-        by_status = self.by_status
-        by_status[status] = by_status.get(status, 0) + 1
-        self.buckets[bucket_of(duration_s)] += 1
+        if status == self._last_status:
+            self._last.n += 1
+        else:
+            self._count_status(status)
+        self._slots[bucket_of(duration_s)].n += 1
         self.count += 1
         self.sum_s += duration_s
         access = self.access
         if access is not None:
             access.record(self.route, status, duration_s, responder)
 
+    def _count_status(self, status: int) -> None:
+        tally = self._by_status.get(status)
+        if tally is None:
+            tally = self._by_status[status] = Tally()
+        tally.n += 1
+        self._last_status = status
+        self._last = tally
+
 
 class Timing:
-    """One duration histogram as plain numbers (buckets of ``BUCKETS_S``), rendered at scrape."""
+    """One duration histogram as plain numbers (slots of ``BUCKETS_S``), rendered at scrape."""
 
-    __slots__ = ("buckets", "count", "sum_s")
+    __slots__ = ("_slots", "count", "sum_s")
 
     def __init__(self) -> None:
-        self.buckets = [0] * (len(BUCKETS_S) + 1)
+        self._slots = _tallies()
         self.count = 0
         self.sum_s = 0.0
 
+    @property
+    def buckets(self) -> list[int]:
+        """Observations per slot of ``BUCKETS_S`` (not cumulative)."""
+        return [tally.n for tally in self._slots]
+
     def observe(self, duration_s: float) -> None:
-        self.buckets[bucket_of(duration_s)] += 1
+        self._slots[bucket_of(duration_s)].n += 1
         self.count += 1
         self.sum_s += duration_s
 
@@ -138,6 +222,16 @@ class UpstreamTiming:
     def __init__(self) -> None:
         self.first_byte = Timing()
         self.duration = Timing()
+
+
+def count_outcome(outcomes: UpstreamOutcomes, outcome: str) -> None:
+    """Count one exchange under ``outcome`` (``OK`` ... ``CLIENT_GONE``). The request path
+    bumps ``outcomes.ok`` itself on success."""
+    if outcome == OK:
+        outcomes.ok += 1
+    else:
+        failed = outcomes.failed
+        failed[outcome] = failed.get(outcome, 0) + 1
 
 
 class RouterMetrics:
@@ -155,7 +249,6 @@ class RouterMetrics:
         self.keys = keys
         self.admission = admission
         self.routes: dict[str, RouteStats] = {}
-        self.upstream: dict[tuple[str, str, str], int] = {}
         # By worker protocol (``UpstreamPool.protocol``); made once, read on the hot path.
         self.timing: dict[str, UpstreamTiming] = {"http1": UpstreamTiming(), "h2c": UpstreamTiming()}
         self.registry = CollectorRegistry(auto_describe=False)
@@ -175,9 +268,23 @@ class RouterMetrics:
         return stats
 
     def upstream_outcome(self, url: str, protocol: str, outcome: str) -> None:
-        key = (url, protocol, outcome)
-        counts = self.upstream
-        counts[key] = counts.get(key, 0) + 1
+        """Count one exchange with the worker at ``url`` (its ``Worker`` or not) under ``outcome``."""
+        count_outcome(self.state.outcomes_of(url, protocol), outcome)
+
+    def worker_outcome(self, worker: Worker, outcome: str) -> None:
+        """Count one exchange with ``worker`` under ``outcome``."""
+        count_outcome(worker.outcomes, outcome)
+
+    @property
+    def upstream(self) -> dict[tuple[str, str, str], int]:
+        """Exchanges by (worker URL, protocol, outcome): those counted at least once."""
+        counts: dict[tuple[str, str, str], int] = {}
+        for (url, protocol), outcomes in self.state.upstream_outcomes.items():
+            if outcomes.ok:
+                counts[(url, protocol, OK)] = outcomes.ok
+            for outcome, n in outcomes.failed.items():
+                counts[(url, protocol, outcome)] = n
+        return counts
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -23,7 +23,15 @@ from typing import Any, Protocol
 from controlplane.contracts import SamplingContract, contract_to_json
 from dataplane.router.balancer import DEFAULT_MAX_TOKENS, EngineView, held_work
 from dataplane.router.contract.enforce import CompiledContract, compile_contract
-from dataplane.router.fleet.workers import Worker, WorkerSet, WorkerSpec, WorkerSpecLike, make_pool, reconcile
+from dataplane.router.fleet.workers import (
+    UpstreamOutcomes,
+    Worker,
+    WorkerSet,
+    WorkerSpec,
+    WorkerSpecLike,
+    make_pool,
+    reconcile,
+)
 from dataplane.router.upstream.base import UpstreamPool
 
 # How long a removed worker's in-flight answers may run on before its pool is closed anyway.
@@ -97,6 +105,10 @@ class RouterState:
         self.rejections: dict[tuple[str, str, str], int] = {}
         # Called with the counts after each rejection, before its 400 goes out (process/journal.py).
         self.rejection_listener: Callable[[Mapping[tuple[str, str, str], int]], None] | None = None
+        # Cumulative exchanges by (worker URL, protocol) since start (SPEC §8
+        # fleetplane_upstream_requests_total): each Worker bumps its pair's object
+        # (``Worker.outcomes``), which outlives it, so a removed worker's counts stay.
+        self.upstream_outcomes: dict[tuple[str, str], UpstreamOutcomes] = {}
         self._listeners: list[Callable[[], None]] = []
         self._closers: set[asyncio.Task[None]] = set()
         # How a new worker's upstream pool is made (the router sets its upstream timeouts here).
@@ -128,7 +140,9 @@ class RouterState:
         The pools of workers that left are closed in the background once their in-flight
         answers are done; call from the event loop.
         """
-        self.workers, removed = reconcile(self.workers, specs, pool_factory or self.pool_factory)
+        self.workers, removed = reconcile(
+            self.workers, specs, pool_factory or self.pool_factory, self.upstream_outcomes
+        )
         for worker in removed:
             task = asyncio.get_running_loop().create_task(_close_when_idle(worker))
             self._closers.add(task)
@@ -154,6 +168,13 @@ class RouterState:
     def rejection_counts(self) -> Mapping[tuple[str, str, str], int]:
         """Cumulative rejections since start, by (scope, param, client)."""
         return dict(self.rejections)
+
+    def outcomes_of(self, url: str, protocol: str) -> UpstreamOutcomes:
+        """The exchange counts of a worker URL over ``protocol`` (created at the first)."""
+        counts = self.upstream_outcomes.get((url, protocol))
+        if counts is None:
+            counts = self.upstream_outcomes[(url, protocol)] = UpstreamOutcomes()
+        return counts
 
     def ejected_workers(self) -> list[str]:
         """The workers out of rotation now (reported to the control plane's status page)."""

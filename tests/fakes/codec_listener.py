@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataplane.router.upstream.h2c.codec import CodecListener
 
-class Recorder:
+
+class Recorder(CodecListener):
     """A CodecListener that records every callback."""
 
     def __init__(self) -> None:

@@ -57,6 +57,25 @@ def exchange(r: RouterProcess, data: bytes, timeout_s: float = 10.0) -> bytes:
         return bytes(out)
 
 
+def kept_alive(r: RouterProcess, requests: list[bytes], timeout_s: float = 10.0) -> list[Answer]:
+    """Send each raw request in turn on one connection the client keeps open; the answers (each
+    read up to its Content-Length)."""
+    answers = []
+    with socket.create_connection((r.host, r.port), timeout=timeout_s) as sock:
+        buf = b""
+        for data in requests:
+            sock.sendall(data)
+            while b"\r\n\r\n" not in buf:
+                buf += sock.recv(65536)
+            head, _, rest = buf.partition(b"\r\n\r\n")
+            size = int(Answer(head + b"\r\n\r\n").headers["content-length"])
+            while len(rest) < size:
+                rest += sock.recv(65536)
+            answers.append(Answer(head + b"\r\n\r\n" + rest[:size]))
+            buf = rest[size:]
+    return answers
+
+
 def request(r: RouterProcess, method: str, path: str, body: bytes | None = None, headers: str = "") -> Answer:
     """One HTTP/1.1 request (``Connection: close``) as raw bytes; the parsed answer."""
     head = f"{method} {path} HTTP/1.1\r\nHost: router\r\nConnection: close\r\n{headers}"
@@ -86,11 +105,13 @@ class CaptureWorker:
 
     Answers ``GET /server_info`` (HTTP/1.1, no h2c), ``GET /v1/models`` (``MODEL``) and
     ``GET /health``; every POST is recorded as (target, headers, body bytes) and answered
-    ``200 {"ok":true}``. Runs in a thread so the router process can reach it.
+    ``200 {"ok":true}``, with the raw header lines of ``answer_headers`` first. Runs in a thread
+    so the router process can reach it.
     """
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, str], bytes]] = []
+        self.answer_headers = b""
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -124,6 +145,7 @@ class CaptureWorker:
                         return
                     rest += data
                 body, buf = rest[:size], bytearray(rest[size:])
+                extra = b""
                 if method == "GET" and target == "/server_info":
                     answer = b'{"enable_http2": false}'
                 elif method == "GET" and target == "/v1/models":
@@ -135,8 +157,11 @@ class CaptureWorker:
                 else:
                     self.requests.append((target, headers, body))
                     answer = b'{"ok":true}'
+                    extra = self.answer_headers
                 conn.sendall(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                    b"HTTP/1.1 200 OK\r\n"
+                    + extra
+                    + b"content-type: application/json\r\ncontent-length: "
                     + str(len(answer)).encode()
                     + b"\r\n\r\n"
                     + answer

@@ -11,8 +11,10 @@ bytes, last key wins, then pydantic lax validation):
   here: number literals with Python's ``int()``/``float()``, exactly what ``json.loads`` calls;
   strings with the pydantic rules of ``coercion``.
 * Routing keys must be refused when repeated, which a Struct cannot tell. So each routing key has
-  its own marker type and msgspec hands every occurrence to ``_on_routing_value`` (its
-  ``dec_hook``), which refuses a second one. Routing values are small scalars.
+  its own marker type and msgspec hands every occurrence to ``_Routing.on_value`` (its
+  ``dec_hook``), which refuses a second one. Routing values are small scalars. The hook gets no
+  context from msgspec: each thread decodes with its own top-level decoders, whose hook is that
+  thread's ``_Routing`` (one thread-local lookup per body, none per key).
 * Anything msgspec refuses (malformed JSON, ``NaN`` literals, lone surrogate escapes, too deep
   nesting) is a 400: refusing is always safe, and ``json.loads`` would refuse most of it too. What
   msgspec accepts but ``json.loads`` refuses (e.g. invalid UTF-8 inside a skipped string) reaches
@@ -98,32 +100,74 @@ _ROUTING_NAMES: Final[dict[type, str]] = {
     _MaxTokens: "max_tokens",
     _MaxCompletionTokens: "max_completion_tokens",
 }
+# What the hook hands back for each key (msgspec checks it is an instance of the key's type).
+_MODEL: Final = _Model()
+_STREAM: Final = _Stream()
+_MAX_TOKENS: Final = _MaxTokens()
+_MAX_COMPLETION_TOKENS: Final = _MaxCompletionTokens()
 
 
-class _Seen(threading.local):
-    """Routing values of the decode in progress, by marker type (per thread: the hook that
-    fills it gets no context from msgspec)."""
+class _Routing:
+    """The routing keys met by one thread's decode in progress: their values as msgspec decoded
+    them (read by ``_read_routing`` once the body decoded), and one bit per key met (``seen``).
+
+    Fields and identity tests rather than a dict keyed by marker type: compiled
+    (scripts/build_mypyc.sh), these are field stores and pointer compares, where the dict cost
+    a hash lookup per key met and per key read.
+    """
+
+    __slots__ = ("max_completion_tokens", "max_tokens", "model", "seen", "stream")
 
     def __init__(self) -> None:
-        self.values: dict[type, object] = {}
+        self.seen = 0
+        self.model: object = None
+        self.stream: object = None
+        self.max_tokens: object = None
+        self.max_completion_tokens: object = None
 
+    def on_value(self, kind: type, value: object) -> object:
+        """The decoders' ``dec_hook``: called by msgspec once per occurrence of a routing key,
+        null included, in body order."""
+        if kind is _Model:
+            self._meet(1, kind)
+            self.model = value
+            return _MODEL
+        if kind is _Stream:
+            self._meet(2, kind)
+            self.stream = value
+            return _STREAM
+        if kind is _MaxTokens:
+            self._meet(4, kind)
+            self.max_tokens = value
+            return _MAX_TOKENS
+        self._meet(8, kind)
+        self.max_completion_tokens = value
+        return _MAX_COMPLETION_TOKENS
 
-_seen: Final = _Seen()
-_MARKERS: Final[dict[type, object]] = {t: t() for t in _ROUTING_NAMES}
+    def _meet(self, bit: int, kind: type) -> None:
+        if self.seen & bit:
+            # SPEC §4: a repeated routing key is a 400 (even {"stream":null,"stream":true}).
+            raise BadRequest(f'repeated routing key "{_ROUTING_NAMES[kind]}"')
+        self.seen |= bit
 
-
-def _on_routing_value(kind: type, value: object) -> object:
-    # Called by msgspec once per occurrence of a routing key, null included, in body order.
-    values = _seen.values
-    if kind in values:
-        # SPEC §4: a repeated routing key is a 400 (even {"stream":null,"stream":true}).
-        raise BadRequest(f'repeated routing key "{_ROUTING_NAMES[kind]}"')
-    values[kind] = value
-    return _MARKERS[kind]
+    def clear(self) -> None:
+        self.seen = 0
+        self.model = self.stream = self.max_tokens = self.max_completion_tokens = None
 
 
 def _struct(name: str, fields: list[tuple[str, object, object]]) -> type[msgspec.Struct]:
     return msgspec.defstruct(name, fields, gc=False)
+
+
+def _top_decoder(top: type[msgspec.Struct], routing: _Routing | None) -> msgspec.json.Decoder[Any]:
+    """The decoder of a body's top level, handing routing keys to ``routing``."""
+    return msgspec.json.Decoder(
+        top,
+        # float_hook=float: a routing value like 1e400 reads as inf (as json.loads does)
+        # instead of failing the whole decode; sampling values are Raw and never reach it.
+        dec_hook=routing.on_value if routing is not None else None,
+        float_hook=float,
+    )
 
 
 _ROUTING_TYPES: Final[dict[str, type]] = {name: kind for kind, name in _ROUTING_NAMES.items()}
@@ -158,8 +202,9 @@ class _Level:
 class _Plan:
     """A dialect compiled into decoders, built once (msgspec: codecs built once)."""
 
-    __slots__ = ("dialect", "levels", "routing", "top_is_leaf")
+    __slots__ = ("dialect", "levels", "routing", "top", "top_is_leaf")
     levels: tuple[_Level, ...]
+    top: type[msgspec.Struct]
     top_is_leaf: bool
 
     def __init__(self, dialect: Dialect) -> None:
@@ -180,14 +225,12 @@ class _Plan:
 
         # The top level: the fields themselves (top-level dialects) or the first container key.
         top = sampling + routing if not keys else [*routing, *at(0), (keys[0], msgspec.Raw, _ABSENT_RAW)]
-        top_decoder = msgspec.json.Decoder(
-            _struct(f"_{dialect.name}_body", top),
-            # float_hook=float: a routing value like 1e400 reads as inf (as json.loads does)
-            # instead of failing the whole decode; sampling values are Raw and never reach it.
-            dec_hook=_on_routing_value if routing else None,
-            float_hook=float,
+        self.top = _struct(f"_{dialect.name}_body", top)
+        # With routing keys, each thread decodes the top level with its own decoder
+        # (``_top_decoder``): this one is never used; without, every thread shares it.
+        levels.append(
+            _Level(_top_decoder(self.top, None), () if keys else indices, keys[0] if keys else None)
         )
-        levels.append(_Level(top_decoder, () if keys else indices, keys[0] if keys else None))
         for depth, key in enumerate(keys[1:], start=1):
             inner = _struct(
                 f"_{dialect.name}_{keys[depth - 1]}", [*at(depth), (key, msgspec.Raw, _ABSENT_RAW)]
@@ -201,13 +244,57 @@ class _Plan:
 
 
 _PLANS: Final = tuple(_Plan(d) for d in DIALECTS.values())  # by Dialect.index
-# What ``probe_body`` needs first, as one tuple per dialect (unpacked at once: cheaper than the
-# attribute reads on the per-request path): the top level's decode, its field indices (None for
-# nested dialects), the dialect's gate flag, the plan.
-_TOPS: Final = tuple(
-    (p.levels[0].decoder.decode, p.levels[0].fields if p.top_is_leaf else None, p.dialect.gate, p)
-    for p in _PLANS
-)
+
+
+class _Thread:
+    """What ``probe_body`` needs first, for the thread it runs in: one tuple per dialect
+    (unpacked at once: cheaper than the attribute reads on the per-request path): the top level's
+    decode (this thread's for a dialect with routing keys), its field indices (None for nested
+    dialects), the dialect's gate flag, the plan; and the routing keys its decodes meet."""
+
+    __slots__ = ("ident", "routing", "tops")
+
+    def __init__(self, ident: int) -> None:
+        self.ident = ident
+        self.routing = routing = _Routing()
+        self.tops = tuple(
+            (
+                _top_decoder(p.top, routing).decode if p.routing else p.levels[0].decoder.decode,
+                p.levels[0].fields if p.top_is_leaf else None,
+                p.dialect.gate,
+                p,
+            )
+            for p in _PLANS
+        )
+
+
+class _Last:
+    """The thread that probed last: the router probes every body in one thread, found by its
+    id (~150 instructions compiled) rather than through the ``threading.local`` (~470)."""
+
+    __slots__ = ("thread",)
+
+    def __init__(self) -> None:
+        self.thread = _Thread(-1)  # no thread has this id
+
+
+_threads: Final = threading.local()
+_last: Final = _Last()
+_get_ident: Final = threading.get_ident
+
+
+def _this_thread() -> _Thread:
+    ident = _get_ident()
+    last = _last.thread
+    if last.ident == ident:
+        return last
+    found: _Thread | None = getattr(_threads, "probe", None)
+    if found is None:
+        found = _threads.probe = _Thread(ident)
+    _last.thread = found  # one store: another thread reads the old one or this one, never half
+    return found
+
+
 _RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 # Bound once: compiled (scripts/build_mypyc.sh), ``msgspec.structs.astuple`` is two generic
 # attribute lookups per call.
@@ -215,6 +302,12 @@ _astuple: Final = msgspec.structs.astuple
 _STRING_DECODER = msgspec.json.Decoder(str)
 _N_FIELDS: Final = len(FIELDS)
 _INTEGRAL: Final = tuple(f.integral for f in FIELDS)
+
+
+# A reading before any sampling key is read: every field absent. Shared by the probes of
+# ``probe_body`` until ``_read_fields`` writes (it copies them then); never mutated.
+_BLANK_STATES: Final[list[int]] = [ABSENT] * _N_FIELDS
+_BLANK_VALUES: Final[list[float]] = [0.0] * _N_FIELDS
 
 
 class Reading:
@@ -226,8 +319,8 @@ class Reading:
 
     def __init__(self, raw: msgspec.Raw | None = None) -> None:
         self.raw = raw
-        self.states: list[int] = [ABSENT] * _N_FIELDS
-        self.values: list[float] = [0.0] * _N_FIELDS
+        self.states: list[int] = _BLANK_STATES[:]
+        self.values: list[float] = _BLANK_VALUES[:]
 
 
 _NO_CHAIN: Final[list[msgspec.Raw | None]] = []  # top-level dialects (never mutated)
@@ -249,11 +342,18 @@ class Probe(Reading):
         "stream",
     )
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, blank: bool = False) -> None:
+        """``blank``: ``states`` and ``values`` are the shared all-absent lists until
+        ``_read_fields`` first writes (``probe_body``'s probes: most bodies carry no sampling
+        key, and two lists per body cost more than the rest of the probe); else its own."""
         # Base-class state, set inline (no super() call on the per-request path).
         self.raw = None
-        self.states = [ABSENT] * _N_FIELDS
-        self.values = [0.0] * _N_FIELDS
+        if blank:
+            self.states = _BLANK_STATES
+            self.values = _BLANK_VALUES
+        else:
+            self.states = _BLANK_STATES[:]
+            self.values = _BLANK_VALUES[:]
         self.dialect = dialect
         self.model: str | None = None
         self.stream: bool | None = None
@@ -381,6 +481,9 @@ def _read_fields(reading: Reading, raws: tuple[Any, ...], fields: tuple[int, ...
     for slot in range(len(fields)):
         raw = raws[slot]
         if raw is not _ABSENT_RAW:
+            if not present and reading.states is _BLANK_STATES:
+                reading.states = _BLANK_STATES[:]  # a blank probe's first write: its own lists
+                reading.values = _BLANK_VALUES[:]
             present = True
             index = fields[slot]
             reading.states[index], reading.values[index] = read_value(raw, _INTEGRAL[index], gate)
@@ -412,21 +515,21 @@ def _routing_bool(value: object) -> bool | None:
     return None
 
 
-def _read_routing(probe: Probe, seen: dict[type, object]) -> None:
-    model = seen.get(_Model)
+def _read_routing(probe: Probe, routing: _Routing) -> None:
+    model = routing.model
     if model is not None:
         if not isinstance(model, str):
             raise BadRequest("model must be a string")
         probe.model = model
-    stream = seen.get(_Stream)
+    stream = routing.stream
     if stream is not None:
         probe.stream = _routing_bool(stream)
         if probe.stream is None:
             raise BadRequest("stream must be a boolean")
-    max_tokens = seen.get(_MaxTokens)
+    max_tokens = routing.max_tokens
     if max_tokens is not None:
         probe.max_tokens = _routing_int(max_tokens)
-    max_completion_tokens = seen.get(_MaxCompletionTokens)
+    max_completion_tokens = routing.max_completion_tokens
     if max_completion_tokens is not None:
         probe.max_completion_tokens = _routing_int(max_completion_tokens)
 
@@ -536,19 +639,23 @@ def probe_body(body: bytes, dialect: Dialect = CHAT) -> Probe:
     non-string model, an unreadable stream flag, or a container key holding something else
     than an object (or, for a batch, a non-empty list of objects).
     """
-    decode, fields, gate, plan = _TOPS[dialect.index]
-    seen = _seen.values
-    seen.clear()
+    thread = _this_thread()
+    decode, fields, gate, plan = thread.tops[dialect.index]
+    routing = thread.routing
+    if routing.seen:
+        routing.clear()  # a decode refused midway (a repeated key) left its keys behind
     try:
         decoded = decode(body)
     except (msgspec.DecodeError, RecursionError) as error:
-        seen.clear()
+        routing.clear()
         raise _not_an_object(body, error) from None
-    probe = Probe(dialect)
-    has_keys = bool(seen)
+    probe = Probe(dialect, True)
+    has_keys = routing.seen != 0
     if has_keys:
-        _read_routing(probe, seen)
-        seen.clear()
+        try:
+            _read_routing(probe, routing)
+        finally:
+            routing.clear()
     values = _astuple(decoded)
     if fields is not None:
         if _read_fields(probe, values, fields, gate):

@@ -110,6 +110,22 @@ def make_pool(
     return H1Pool(address.host, address.port, timeouts=timeouts, api_key=api_key)
 
 
+class UpstreamOutcomes:
+    """The exchanges with one worker URL over one protocol, by outcome (SPEC §8
+    ``fleetplane_upstream_requests_total``): ``ok`` a field the request path bumps, the failure
+    outcomes (rare) by name. ``RouterState`` keeps one per (URL, protocol) for the router's
+    lifetime and hands it to every ``Worker`` of that pair, so counts outlive a removed worker.
+
+    Plain numbers, no names of outcomes: ``metrics`` gives them meaning and renders them.
+    """
+
+    __slots__ = ("failed", "ok")
+
+    def __init__(self) -> None:
+        self.ok = 0
+        self.failed: dict[str, int] = {}
+
+
 class Worker:
     """A live worker as the request path sees it."""
 
@@ -124,6 +140,7 @@ class Worker:
         "inflight",
         "inflight_at_view",
         "models",
+        "outcomes",
         "pool",
         "protocol",
         "spec",
@@ -131,12 +148,17 @@ class Worker:
         "work",
     )
 
-    def __init__(self, spec: WorkerSpec, pool: UpstreamPool) -> None:
+    def __init__(
+        self, spec: WorkerSpec, pool: UpstreamPool, outcomes: UpstreamOutcomes | None = None
+    ) -> None:
         self.spec = spec
         self.url = spec.url
         self.protocol = spec.protocol
         self.models = spec.models
         self.pool = pool
+        # Its exchanges by outcome: the object of its (URL, protocol), shared with the Workers
+        # that had them before (``reconcile``); bumped on the hot path as a field.
+        self.outcomes = outcomes if outcomes is not None else UpstreamOutcomes()
         self.healthy = True
         self.health: HealthTracker | None = None  # passive ejection (health.WorkerHealth.attach)
         self.inflight = 0  # requests this router has sent and not finished (streams included)
@@ -252,17 +274,27 @@ def reconcile(
     current: WorkerSet,
     specs: Sequence[WorkerSpecLike],
     pool_factory: Callable[[WorkerSpec], UpstreamPool] = make_pool,
+    outcomes: dict[tuple[str, str], UpstreamOutcomes] | None = None,
 ) -> tuple[WorkerSet, list[Worker]]:
     """The new set for ``specs`` and the workers that left it (their pools must be closed).
 
     A worker whose URL, protocol and models are unchanged keeps its live object (pool, in-flight
-    count, health); anything else gets a fresh one.
+    count, health); anything else gets a fresh one. ``outcomes``: the counts by (URL, protocol)
+    kept for the router's lifetime; a fresh worker gets its pair's (created there if new).
     """
     kept: list[Worker] = []
     for given in specs:
         spec = WorkerSpec(given.url, given.protocol, tuple(given.models))
         old = current.by_url.get(spec.url)
-        kept.append(old if old is not None and old.spec == spec else Worker(spec, pool_factory(spec)))
+        if old is not None and old.spec == spec:
+            kept.append(old)
+            continue
+        counts = None
+        if outcomes is not None:
+            counts = outcomes.get((spec.url, spec.protocol))
+            if counts is None:
+                counts = outcomes[(spec.url, spec.protocol)] = UpstreamOutcomes()
+        kept.append(Worker(spec, pool_factory(spec), counts))
     survivors = {id(w) for w in kept}
     removed = [w for w in current.workers if id(w) not in survivors]
     return WorkerSet(kept), removed

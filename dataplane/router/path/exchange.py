@@ -8,10 +8,10 @@ server; the rest happens in callbacks of this object:
 
 - ``on_response`` (the worker's head arrived, called from the upstream connection's
   ``data_received``): a complete answer is written to the client in one go and the request is
-  finished there; a streamed one (SSE, NDJSON) over HTTP/1.1 is relayed from the connection's
-  callbacks too (``relay.StreamRelay``); any other answer still on its way (large, or over h2c,
-  or to a client whose responder cannot ``send``) is relayed by a task from then on
-  (``relay.relay_rest``), exactly as on the task path;
+  finished there; a streamed one (SSE, NDJSON) is relayed from the connection's callbacks too
+  (``relay.StreamRelay``); any other answer still on its way (large, or to a client whose
+  responder cannot ``send``) is relayed by a task from then on (``relay.relay_rest``), exactly
+  as on the task path;
 - ``on_failure`` (timeout, worker dropped the connection before the head): the SPEC §5 error;
   ``UpstreamUnreachable`` (an h2c worker refused the stream on both tries, RFC 9113 §8.7:
   nothing reached it) hands the request to the task path, which tries another worker (SPEC §5);
@@ -37,9 +37,9 @@ from dataplane.router.admission import Slot
 from dataplane.router.body import RequestBody
 from dataplane.router.fleet.workers import Worker
 from dataplane.router.headers import Headers
-from dataplane.router.metrics import CLIENT_GONE, OK, RouterMetrics, RouteStats
+from dataplane.router.metrics import CLIENT_GONE, RouterMetrics, RouteStats, count_outcome
 from dataplane.router.path.relay import CLIENT_CLOSED, StreamRelay, outcome_of, passes_through, relay_rest
-from dataplane.router.upstream.base import UpstreamResponse
+from dataplane.router.upstream.base import StreamedResponse, UpstreamResponse
 from dataplane.router.upstream.h1.connection import H1Response
 
 # Bound as a Final: compiled (scripts/build_mypyc.sh), an imported name is a lookup in the
@@ -59,10 +59,23 @@ class Host:
     """
 
     metrics: RouterMetrics
+    # The HTTP/1.1 lines of the extra headers last asked for (``h1_lines``).
+    _lines_of: Headers | None = None
+    _lines: bytes = b""
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         raise NotImplementedError
+
+    def h1_lines(self, extra: Headers) -> bytes:
+        """``extra`` as HTTP/1.1 header lines (CRLF after each). The list is the same object for
+        every answer under one contract snapshot (``ContractSet.revision_headers``): encoded once."""
+        if extra is self._lines_of:
+            return self._lines
+        lines = b"".join([b"%s: %s\r\n" % (name, value) for name, value in extra])
+        self._lines_of = extra
+        self._lines = lines
+        return lines
 
     def retry_elsewhere(
         self,
@@ -146,18 +159,23 @@ class Exchange:
         timing = self._proxy.metrics.timing[worker.protocol]
         waited = perf_counter() - self._started
         timing.first_byte.observe(waited)
+        answer: bytes | None = None
         if isinstance(response, H1Response):
             # The concrete class: compiled (scripts/build_mypyc.sh), its fields and method are
             # native reads and a direct call, where through the Protocol each is a lookup by name.
-            complete = response.buffered_body()
             status = response.status
             headers = response.headers
+            # An answer that came whole and needs no change of its head goes to an HTTP/1.1
+            # client as the worker wrote it (no header list encoded again).
+            if responder.takes_as_is:
+                answer = response.as_is(self._proxy.h1_lines(self._extra))
+            complete = b"" if answer is not None else response.buffered_body()
         else:
             complete = response.buffered_body()
             status = response.status
             headers = response.headers
         if complete is None:
-            if type(response) is H1Response and responder.sends_now:
+            if isinstance(response, StreamedResponse) and responder.sends_now:
                 extra = self._extra
                 relayed = headers + extra if extra else headers
                 sse = passes_through(relayed, self._stream)
@@ -166,7 +184,7 @@ class Exchange:
                     # the in-flight count from now on.
                     self._relay_here(response, relayed, sse == 1)
                     return
-            # Still on its way (a large answer, or h2c): relay it in a task, as the task path
+            # Still on its way (a large answer): relay it in a task, as the task path
             # does; the task owns the slot and the in-flight count from now on.
             proxy = self._proxy
             relaying = relay_rest(
@@ -195,19 +213,23 @@ class Exchange:
         worker.inflight -= 1
         worker.work -= self._work
         try:
-            extra = self._extra
-            responder.respond(status, headers + extra if extra else headers, complete)
+            if answer is None or not responder.respond_as_is(answer):
+                if answer is not None:  # this client's answer needs a head of its own after all
+                    complete = response.buffered_body() or b""
+                extra = self._extra
+                responder.respond(status, headers + extra if extra else headers, complete)
             if worker.consecutive_failures:  # record_success() only matters after failures
                 worker.record_success()
-            self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, OK)
+            worker.outcomes.ok += 1
             timing.duration.observe(waited)  # the whole answer came with its head
         except Exception:
             self._bug()
             return
         self._slot.release()
-        self._stats.observe(status, perf_counter() - self._started, self._responder)
+        # The answer went out with its head: its end is when the head came (one clock read).
+        self._stats.observe(status, waited, self._responder)
 
-    def _relay_here(self, response: H1Response, headers: Headers, sse: bool) -> None:
+    def _relay_here(self, response: StreamedResponse, headers: Headers, sse: bool) -> None:
         proxy = self._proxy
         relay = StreamRelay(
             proxy.loop,
@@ -233,7 +255,7 @@ class Exchange:
         worker.work -= self._work
         try:
             worker.record_failure()
-            self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(error))
+            count_outcome(worker.outcomes, outcome_of(error))
             resend = self.resend
             if resend is not None and isinstance(error, UpstreamUnreachable):
                 # Nothing reached the worker: another one may answer (SPEC §5), from a task.
@@ -266,7 +288,7 @@ class Exchange:
         try:
             if conn is not None:
                 conn.abandon()  # mid-exchange: the connection cannot be reused
-            self._proxy.metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
+            count_outcome(worker.outcomes, CLIENT_GONE)
             self._responder.abort()
         except Exception:
             self._bug()

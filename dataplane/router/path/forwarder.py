@@ -33,10 +33,10 @@ from dataplane.router.fleet.workers import Worker
 from dataplane.router.headers import Headers, end_to_end
 from dataplane.router.metrics import (
     CLIENT_GONE,
-    OK,
     UNREACHABLE,
     RouterMetrics,
     RouteStats,
+    count_outcome,
 )
 from dataplane.router.path.exchange import Exchange, Host, Resend
 from dataplane.router.path.relay import CLIENT_CLOSED, outcome_of, relay
@@ -180,7 +180,7 @@ class Forwarder(Host):
             worker.inflight -= 1
             worker.work -= work
             worker.record_failure()
-            self._metrics.upstream_outcome(worker.url, worker.protocol, UNREACHABLE)
+            count_outcome(worker.outcomes, UNREACHABLE)
             return self._run(
                 stats,
                 started,
@@ -378,7 +378,7 @@ class Forwarder(Host):
                 worker.inflight -= 1
                 worker.work -= work
                 worker.record_failure()
-                metrics.upstream_outcome(worker.url, worker.protocol, UNREACHABLE)
+                count_outcome(worker.outcomes, UNREACHABLE)
                 tried.append(worker)
                 if len(tried) >= config.retry_attempts:
                     return responder.answer_error(refused, extra)
@@ -389,12 +389,12 @@ class Forwarder(Host):
                 worker.inflight -= 1
                 worker.work -= work
                 worker.record_failure()
-                metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(failed))
+                count_outcome(worker.outcomes, outcome_of(failed))
                 return responder.answer_error(failed, extra)
             except BaseException:
                 worker.inflight -= 1
                 worker.work -= work
-                metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
+                count_outcome(worker.outcomes, CLIENT_GONE)
                 raise
             timing = metrics.timing[worker.protocol]
             waited = perf_counter() - started
@@ -407,7 +407,7 @@ class Forwarder(Host):
                     response.status, response.headers + extra if extra else response.headers, complete
                 )
                 worker.record_success()
-                metrics.upstream_outcome(worker.url, worker.protocol, OK)
+                worker.outcomes.ok += 1
                 timing.duration.observe(waited)  # the whole answer came with its head
                 return response.status
             try:

@@ -34,16 +34,16 @@ from dataplane.router.admission import Admission
 from dataplane.router.balancer import DEFAULT_MAX_TOKENS, WORK_SHIFT, Balancer, request_work
 from dataplane.router.body import RequestBody
 from dataplane.router.clients import ClientKeys, InvalidApiKey
-from dataplane.router.contract.enforce import enforce
+from dataplane.router.contract.enforce import CompiledContract, enforce
 from dataplane.router.contract.form import probe_form
 from dataplane.router.contract.probe import Probe, probe_body
 from dataplane.router.contract.routes import Route, RouteTable, canonical_path, split_target
-from dataplane.router.fleet.workers import Worker
+from dataplane.router.fleet.workers import Worker, WorkerSet
 from dataplane.router.headers import Headers, without_credentials
 from dataplane.router.metrics import RouterMetrics, RouteStats
 from dataplane.router.path.endpoints import Endpoints
 from dataplane.router.path.forwarder import Forwarder, ProxyConfig, forwarded_headers
-from dataplane.router.state import RouterState
+from dataplane.router.state import ContractSet, RouterState
 
 # Bound as a Final: compiled (scripts/build_mypyc.sh), an imported name is a lookup in the
 # module's globals at every call.
@@ -52,8 +52,9 @@ perf_counter: Final = _perf_counter
 _MAX_MODEL_IN_MESSAGE: Final = 200
 _MAX_ROUTES: Final = 1024
 # canonical path, the target to forward with (canonical path + query), the route (None: not
-# in the table), its stats, whether it is open to clients without a key
-_Target = tuple[bytes, bytes, "Route | None", RouteStats, bool]
+# in the table), its stats, whether it is open to clients without a key, whether the route
+# serves POST
+_Target = tuple[bytes, bytes, "Route | None", RouteStats, bool, bool]
 _NONE: Final[Headers] = []  # no extra headers (never mutated)
 # RFC 9110 §15.5.6: a 405 names the methods the resource supports.
 _ALLOW_GET: Final[Headers] = [(b"allow", b"GET, HEAD")]
@@ -62,6 +63,28 @@ _CHALLENGE: Final[Headers] = [(b"www-authenticate", b'Bearer realm="fleetplane"'
 # Open without a key under --api-keys: what probes and scrapers read (as vLLM keeps every path
 # outside /v1 open): liveness, readiness, metrics, and the applied contract and route table.
 _OPEN_PATHS: Final = frozenset({b"/health", b"/readiness", b"/metrics", b"/contract"})
+_POST: Final = b"POST"
+
+
+class _Resolved:
+    """A model named by a body, and its workers and contract as one worker set and one
+    contract set resolve them (``Proxy._judge`` keeps the last: clients repeat their model)."""
+
+    __slots__ = ("compiled", "contracts", "group", "model", "workers")
+
+    def __init__(
+        self,
+        model: str,
+        workers: WorkerSet | None,
+        contracts: ContractSet | None,
+        group: tuple[Worker, ...],
+        compiled: CompiledContract | None,
+    ) -> None:
+        self.model = model
+        self.workers = workers
+        self.contracts = contracts
+        self.group = group
+        self.compiled = compiled
 
 
 class Proxy(Forwarder):
@@ -90,6 +113,13 @@ class Proxy(Forwarder):
         self._route_stats = {route.path: metrics.route(route.path) for route in routes.routes}
         # Request target -> its classification (clients repeat a handful of targets; bounded).
         self._targets: dict[bytes, _Target] = {}
+        # The last target classified, and its classification: a request target is a new bytes
+        # object per request, and comparing it with the last one costs less than hashing it.
+        self._last_raw = b""
+        self._last_target: _Target | None = None
+        # The last model resolved: a body's model is a new str, hashed by each dict it is
+        # looked up in (the worker index, the contract scopes); compared, it is not.
+        self._resolved = _Resolved("", None, None, (), None)
 
     def handle(self, request: Request, responder: Responder) -> Coroutine[Any, Any, None] | Deferred | None:
         """Answer at once (refusals, GET surface), forward through callbacks (``DEFERRED``), or
@@ -98,10 +128,15 @@ class Proxy(Forwarder):
         The HTTP server runs a returned coroutine as the request's task (``dataplane.http``).
         """
         started = perf_counter()
-        target = self._targets.get(request.path)
-        if target is None:
-            target = self._classify(request.path)
-        path, forward_to, route, stats, open_ = target
+        raw_target = request.path
+        target = self._last_target
+        if target is None or raw_target != self._last_raw:
+            target = self._targets.get(raw_target)
+            if target is None:
+                target = self._classify(raw_target)
+            self._last_raw = raw_target
+            self._last_target = target
+        path, forward_to, route, stats, open_, posts = target
         method = request.method
         client = ""
         keys = self._keys
@@ -115,27 +150,14 @@ class Proxy(Forwarder):
             client = found
             responder.client_name = found
         if route is not None:
-            if method not in route.methods:
+            # A request's method is a new bytes object: compared with POST before it is hashed.
+            if not (posts and method == _POST) and method not in route.methods:
                 status = responder.answer_error(MethodNotAllowed(), route.allow)
             elif route.dialect is not None:
-                judged = self._judge(request, responder, route, client)
-                if isinstance(judged, int):
-                    status = judged
-                else:
-                    body, headers, group, extra, stream, work = judged
-                    return self._send(
-                        stats,
-                        started,
-                        request,
-                        responder,
-                        forward_to,
-                        body,
-                        headers,
-                        group,
-                        extra,
-                        stream,
-                        work,
-                    )
+                judged = self._judge(stats, started, request, responder, forward_to, route, client)
+                if not isinstance(judged, int):
+                    return judged
+                status = judged
             else:
                 try:
                     _, group = self._group(_model_of(request.body))
@@ -188,7 +210,14 @@ class Proxy(Forwarder):
         else:
             endpoint = self._endpoints.get(path)
             stats = endpoint[0] if endpoint is not None else self._unknown_stats
-        target = (path, path + query, route, stats, route is None and path in _OPEN_PATHS)
+        target = (
+            path,
+            path + query,
+            route,
+            stats,
+            route is None and path in _OPEN_PATHS,
+            route is not None and _POST in route.methods,
+        )
         targets = self._targets
         if len(targets) >= _MAX_ROUTES:
             targets.clear()  # a client cycling targets only makes it start over
@@ -202,11 +231,19 @@ class Proxy(Forwarder):
         return target[3].route
 
     def _judge(
-        self, request: Request, responder: Responder, route: Route, client: str
-    ) -> int | tuple[RequestBody, Headers, tuple[Worker, ...], Headers, bool, int]:
-        """Probe, model lookup, contract (SPEC §3.3): the body and headers to forward and the
-        request's work (``balancer.request_work``: its ``max_tokens`` and prompt), or the status
-        answered."""
+        self,
+        stats: RouteStats,
+        started: float,
+        request: Request,
+        responder: Responder,
+        forward_to: bytes,
+        route: Route,
+        client: str,
+    ) -> Coroutine[Any, Any, None] | Deferred | int:
+        """Probe, model lookup, contract (SPEC §3.3), then forward (``_send``) the body and
+        headers that passed with the request's work (``balancer.request_work``: its
+        ``max_tokens`` and prompt); or the status answered. Forwarded from here rather than
+        handed back to ``handle``: a tuple of six per request saved."""
         contracts = self._state.contracts
         if contracts is None:
             return responder.answer_error(ContractUnavailable(), _NONE)
@@ -221,9 +258,23 @@ class Proxy(Forwarder):
                 probe: Probe = probe_form(request.body, request.header(b"content-type"), dialect)
             else:
                 probe = probe_body(request.body, dialect)
-            model, group = self._group(probe.model)
+            named = probe.model
+            workers = self._state.workers
+            last = self._resolved
+            if (
+                named is not None
+                and last.workers is workers
+                and last.contracts is contracts
+                and last.model == named
+            ):
+                group = last.group
+                compiled = last.compiled
+            else:
+                model, group = self._group(named)
+                compiled = contracts.for_model(model)
+                if named is not None:
+                    self._resolved = _Resolved(named, workers, contracts, group, compiled)
             body: RequestBody = request.body
-            compiled = contracts.for_model(model)
             if compiled is not None:
                 try:
                     body = enforce(compiled, probe, request.body, route.path)
@@ -240,7 +291,19 @@ class Proxy(Forwarder):
             work = ((DEFAULT_MAX_TOKENS if cap is None else cap) << WORK_SHIFT) + (len(request.body) >> 2)
         else:
             work = 0  # a model served by one worker is never scored: nothing to hold
-        return body, headers, group, extra, probe.stream is True, work
+        return self._send(
+            stats,
+            started,
+            request,
+            responder,
+            forward_to,
+            body,
+            headers,
+            group,
+            extra,
+            probe.stream is True,
+            work,
+        )
 
     def _group(self, model: str | None) -> tuple[str, tuple[Worker, ...]]:
         workers = self._state.workers

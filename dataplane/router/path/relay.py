@@ -6,12 +6,13 @@ worker dying midway can still be answered with a clean 502 envelope), beyond tha
 streamed; an SSE answer is forwarded chunk by chunk as it arrives. A worker failing after the
 head went out ends an SSE stream with a final ``error`` event and breaks any other answer.
 
-A streamed (SSE, NDJSON) answer of a callback-driven exchange over HTTP/1.1 to a client whose
-responder ``sends_now`` is relayed by ``StreamRelay``: the upstream connection hands each read's
-body bytes to it from ``data_received`` and it writes them to the client at once (one write per
-upstream read, chunk framing included): no future, task step or coroutine chain per chunk. Only a
-client that stops taking bytes costs a task (waiting for ``writable()``, upstream reading paused
-meanwhile). Everything else (large non-streaming answers, the task path) goes through ``relay``.
+A streamed (SSE, NDJSON) answer of a callback-driven exchange (HTTP/1.1 or h2c worker) to a
+client whose responder ``sends_now`` is relayed by ``StreamRelay``: the upstream connection hands
+each read's body bytes to it from ``data_received`` and it writes them to the client at once (one
+write per upstream read, chunk framing included): no future, task step or coroutine chain per
+chunk. Only a client that stops taking bytes costs a task (waiting for ``writable()``, the worker
+held back meanwhile: upstream reading paused over HTTP/1.1, credit withheld over h2c).
+Everything else (large non-streaming answers, the task path) goes through ``relay``.
 """
 
 from __future__ import annotations
@@ -31,9 +32,15 @@ from dataplane.http import ClientDisconnected, Request, Responder, answer_intern
 from dataplane.router.admission import Slot
 from dataplane.router.fleet.workers import Worker
 from dataplane.router.headers import Headers
-from dataplane.router.metrics import BODY_INCOMPLETE, CLIENT_GONE, OK, TIMEOUT, RouterMetrics, RouteStats
-from dataplane.router.upstream.base import BodySink, UpstreamResponse
-from dataplane.router.upstream.h1.connection import H1Response
+from dataplane.router.metrics import (
+    BODY_INCOMPLETE,
+    CLIENT_GONE,
+    TIMEOUT,
+    RouterMetrics,
+    RouteStats,
+    count_outcome,
+)
+from dataplane.router.upstream.base import BodySink, StreamedResponse, UpstreamResponse
 
 BUFFER_NON_STREAMING: Final = 1 << 20
 CLIENT_CLOSED: Final = 499  # nginx's status for "client went away"; only ever a metrics label
@@ -86,11 +93,11 @@ async def relay(
     except ClientDisconnected:
         response.abort()
         responder.abort()
-        metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
+        count_outcome(worker.outcomes, CLIENT_GONE)
         return CLIENT_CLOSED
     except (UpstreamBodyIncomplete, UpstreamTimeout) as failed:
         worker.record_failure()
-        metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(failed))
+        count_outcome(worker.outcomes, outcome_of(failed))
         if not responder.started:
             return responder.answer_error(failed, extra)
         if sse:
@@ -105,10 +112,10 @@ async def relay(
         return failed.status
     except BaseException:
         response.abort()
-        metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
+        count_outcome(worker.outcomes, CLIENT_GONE)
         raise
     worker.record_success()
-    metrics.upstream_outcome(worker.url, worker.protocol, OK)
+    worker.outcomes.ok += 1
     return status
 
 
@@ -200,7 +207,7 @@ class StreamRelay(BodySink):
         responder: Responder,
         worker: Worker,
         slot: Slot,
-        response: H1Response,
+        response: StreamedResponse,
         sse: bool,
         work: int,
     ) -> None:
@@ -261,7 +268,7 @@ class StreamRelay(BodySink):
             self._responder.send_last(last)  # with the end: one write
             if worker.consecutive_failures:  # record_success() only matters after failures
                 worker.record_success()
-            self._metrics.upstream_outcome(worker.url, worker.protocol, OK)
+            worker.outcomes.ok += 1
             self._metrics.timing[worker.protocol].duration.observe(perf_counter() - self._started)
         except Exception:
             self._bug()
@@ -275,7 +282,7 @@ class StreamRelay(BodySink):
         responder = self._responder
         try:
             worker.record_failure()
-            self._metrics.upstream_outcome(worker.url, worker.protocol, outcome_of(error))
+            count_outcome(worker.outcomes, outcome_of(error))
             status = error.status
             if self._sse:  # SPEC §5: a final SSE error event ends the stream
                 if responder.disconnected:
@@ -321,7 +328,7 @@ class StreamRelay(BodySink):
             self._response.abort()
             self._responder.abort()
             worker = self._worker
-            self._metrics.upstream_outcome(worker.url, worker.protocol, CLIENT_GONE)
+            count_outcome(worker.outcomes, CLIENT_GONE)
         except Exception:
             self._bug()
             return

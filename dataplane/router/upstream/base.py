@@ -17,12 +17,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from mypy_extensions import mypyc_attr
+
 from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeout, UpstreamUnreachable
 from dataplane.router.body import RequestBody
 
 __all__ = [
     "BodySink",
     "ResponseListener",
+    "StreamedResponse",
     "UpstreamBodyIncomplete",
     "UpstreamPool",
     "UpstreamResponse",
@@ -101,6 +104,8 @@ class ResponseListener(Protocol):
         ...
 
 
+# Test sinks are interpreted subclasses (compiled, the relay's own calls stay vtable calls).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class BodySink:
     """Takes a streamed answer's body straight from the upstream connection's callbacks
     (``H1Response.relay_to``): no future per chunk, no task, no iterator (``path.relay.StreamRelay``).
@@ -125,6 +130,40 @@ class BodySink:
 
     def on_error(self, error: RouterError) -> None:
         """The answer failed midway (``UpstreamBodyIncomplete`` or ``UpstreamTimeout``)."""
+        raise NotImplementedError
+
+
+class StreamedResponse:
+    """An answer whose body can be handed to a ``BodySink`` from its connection's callbacks
+    (``path.relay.StreamRelay``): ``H1Response`` and the h2c upstream's ``H2Stream`` extend it.
+
+    A base class rather than a Protocol, for the reason ``BodySink`` gives.
+    """
+
+    __slots__ = ()
+
+    status: int
+    headers: Headers
+
+    def arrived(self) -> bytes:
+        """The body bytes that have arrived and not been taken yet (sent with the head)."""
+        raise NotImplementedError
+
+    def relay_to(self, sink: BodySink) -> None:
+        """From now on the body goes to ``sink`` as it arrives (instead of ``chunks()``); what
+        already arrived, and the end or the failure if it came, at once. At most once."""
+        raise NotImplementedError
+
+    def pause(self) -> None:
+        """The sink's client is not taking bytes: hold the worker back until ``resume`` (the
+        time paused is the router's wait: no idle deadline runs out meanwhile)."""
+        raise NotImplementedError
+
+    def resume(self) -> None:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """The sink's client went away (``UpstreamResponse.abort``)."""
         raise NotImplementedError
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fakes.raw_http import MODEL, CaptureWorker, request
+from tests.fakes.raw_http import MODEL, CaptureWorker, kept_alive, request
 from tests.fakes.router import RouterProcess
 
 
@@ -125,6 +125,39 @@ def test_end_to_end_headers_are_forwarded_and_hop_by_hop_dropped(
     assert headers["x-request-id"] == "abc"
     assert "x-hop" not in headers
     assert "te" not in headers
+
+
+@pytest.mark.parametrize("keep_alive", [True, False])
+def test_the_workers_answer_headers_cross_but_its_hop_by_hop_ones_do_not(
+    recorded: RouterProcess, capture: CaptureWorker, keep_alive: bool
+) -> None:
+    """The worker's end-to-end answer headers reach the client as it sent them, its hop-by-hop
+    ones (Connection, Keep-Alive, RFC 9110 §7.6.1) never, with the router's revision header and
+    framing; on a connection the client keeps open (two answers in a row) and on a closing one."""
+    body = b'{"model":"audit-model","prompt":"x"}'
+    post = (
+        b"POST /v1/completions HTTP/1.1\r\nHost: router\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n%s\r\n%s" % (len(body), b"" if keep_alive else b"Connection: close\r\n", body)
+    )
+    cases = {
+        b"Server: capture/1\r\nX-Trace: a  b\r\n": {"server": "capture/1", "x-trace": "a  b"},
+        b"Server: capture/1\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\n": {"server": "capture/1"},
+    }
+    try:
+        for lines, expected in cases.items():
+            capture.answer_headers = lines
+            answers = kept_alive(recorded, [post, post] if keep_alive else [post])
+            for answer in answers:
+                assert answer.status == 200 and answer.body == b'{"ok":true}'
+                headers = dict(answer.headers)
+                assert headers.pop("x-contract-revision") == "0"
+                assert headers.pop("content-length") == "11"
+                assert headers.pop("content-type") == "application/json"
+                if not keep_alive:
+                    assert headers.pop("connection") == "close"
+                assert headers == expected
+    finally:
+        capture.answer_headers = b""
 
 
 def test_a_fragment_cannot_escape_the_contract(recorded: RouterProcess, capture: CaptureWorker) -> None:

@@ -88,6 +88,16 @@ def test_priority_frames_are_allowed_per_stream_opened() -> None:
     assert g.check(prio) == ErrorCodes.ENHANCE_YOUR_CALM
 
 
+def test_streams_opened_are_counted_by_id_whatever_the_reserved_bit() -> None:
+    """RFC 9113 §4.1: a HEADERS frame's stream id with the reserved bit set is the same stream;
+    re-sending it opens nothing new (no more PRIORITY frames allowed)."""
+    g = guard(h2_max_priority_frames_per_stream=1)
+    assert g.check(frame(HEADERS, 4, 1 | 1 << 31, b"x")) == 0
+    assert g.check(frame(HEADERS, 5, 1, b"x")) == 0  # the same stream: not a new one
+    assert g.check(frame(PRIORITY, 0, 1, b"\x00" * 5) * 2) == 0  # 1 x (1 + 1 stream)
+    assert g.check(frame(PRIORITY, 0, 1, b"\x00" * 5)) == ErrorCodes.ENHANCE_YOUR_CALM
+
+
 def test_window_updates_are_allowed_per_data_frame_sent() -> None:
     """5 + 2 x (streams + 10 x DATA frames sent) WINDOW_UPDATE frames, then cut."""
     update = frame(WINDOW_UPDATE, 0, 0, b"\0\0\0\1")

@@ -23,7 +23,7 @@ from dataplane.http.h2_frames import (
     H2ProtocolError,
     frame,
 )
-from dataplane.http.h2_server_codec import ServerCodec, StreamClosed, encode_response
+from dataplane.http.h2_server_codec import ServerCodec, ServerListener, StreamClosed, encode_response
 
 REQUEST = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"t"), (b":path", b"/x")]
 CLIENT_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an empty SETTINGS frame
@@ -37,7 +37,7 @@ def _block(fields: list[tuple[bytes, bytes]]) -> bytes:
     return hpack.Encoder().encode(fields)
 
 
-class Listener:
+class Listener(ServerListener):
     """A ServerListener that records every callback."""
 
     def __init__(self) -> None:
@@ -478,12 +478,65 @@ def test_repeated_answer_headers_encode_the_same_and_the_cache_stays_bounded() -
     assert len(h2_server_codec._LENGTHS) <= h2_server_codec._LENGTHS_MAX
 
 
+_answer_field = st.tuples(
+    st.sampled_from([b"content-type", b"x-a", b"connection", b"date", b"x-" + b"n" * 130]),
+    st.sampled_from([b"", b"1", b"application/json", b"v" * 200, b"w" * 900]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([200, 200, 404, 299]),
+            st.lists(_answer_field, max_size=3),
+            st.none() | st.integers(0, 3000),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_cached_answer_blocks_are_the_blocks_encoded_afresh(
+    answers: list[tuple[int, list[tuple[bytes, bytes]], int | None]],
+) -> None:
+    """Whatever answers came before (the same list again, equal fields as new objects, the
+    caller's list changed after the call), a block is the one encoded without any cache."""
+    decode = hpack.Decoder().decode
+
+    def afresh(status: int, fields: list[tuple[bytes, bytes]], length: int | None) -> bytes:
+        block = h2_server_codec._encode_fields(status, fields)
+        return block if length is None else block + encode_response(204, [], length)[1:]
+
+    for status, fields, length in answers:
+        expected = afresh(status, fields, length)
+        copy = [(bytes(bytearray(n)), bytes(bytearray(v))) for n, v in fields]  # equal, not identical
+        assert encode_response(status, fields, length) == expected
+        assert encode_response(status, copy, length) == expected
+        fields.append((b"x-later", b"changed"))  # the caller reuses its list for another answer
+        assert encode_response(status, fields, length) == afresh(status, fields, length)
+        assert encode_response(status, copy, length) == expected
+        assert decode(expected, raw=True)[0] == (b":status", b"%d" % status)
+
+
 def test_frame_headers_carry_any_length_and_stream_id() -> None:
     """The 9-octet frame header (RFC 9113 §4.1) for lengths up to 2^24-1 and stream ids up to 2^31-1."""
     for n, sid in ((0, 1), (16383, 3), (16384, 2**31 - 1), (70000, 2**30 + 1), (2**24 - 1, 5)):
         data = frame(0, 1, sid, b"x" * n)
         assert data[:9] == n.to_bytes(3, "big") + bytes((0, 1)) + sid.to_bytes(4, "big")
         assert len(data) == 9 + n
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**30 - 1), st.booleans())
+def test_the_reserved_bit_of_a_stream_id_is_ignored(half: int, reserved: bool) -> None:
+    """RFC 9113 §4.1: the stream id is the low 31 bits; the reserved bit is ignored on receipt."""
+    sid = 2 * half + 1
+    codec, listener = _started()
+    raw = (sid | (reserved << 31)).to_bytes(4, "big")
+    head = _frame(1, 4, 0, _block(REQUEST))[:5]
+    codec.feed(head + raw + _block(REQUEST) + b"\x00\x00\x02\x00\x01" + raw + b"ab")
+    assert listener.requests == {sid: (REQUEST, False)} and listener.data == {sid: b"ab"}
+    assert codec.highest_stream_id == sid and sid in listener.ended
 
 
 _frame_st = st.builds(
@@ -508,6 +561,51 @@ def test_hostile_frames_only_ever_raise_protocol_errors(frames: list[bytes]) -> 
         pass
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 70_000),
+    st.integers(0, 70_000),
+    st.sampled_from([16384, 20000, 1 << 16]),
+    st.integers(0, 150_000),
+    st.booleans(),
+)
+def test_send_fitting_sends_what_the_windows_and_the_frame_size_allow(
+    stream_window: int, conn_window: int, max_frame: int, size: int, end: bool
+) -> None:
+    """DATA frames carry the start of the data, each within the client's frame size, as much as
+    both windows allow; END_STREAM only on the last frame and only once all of it went; the
+    windows and the DATA frame count follow."""
+    codec, _ = _codec()
+    settings = b"\x00\x04" + stream_window.to_bytes(4, "big") + b"\x00\x05" + max_frame.to_bytes(4, "big")
+    codec.feed(PREFACE + _frame(4, 0, 0, settings) + _frame(1, 5, 1, _block(REQUEST)))
+    codec.conn_send_window = conn_window
+    codec.take_output()
+    data = bytes(i % 251 for i in range(size))
+    sent = codec.send_fitting(1, data, end)
+    frames = _frames(codec.take_output())
+    assert sent == min(size, stream_window, conn_window)
+    assert all(kind == 0 and sid == 1 and len(p) <= max_frame for kind, _, sid, p in frames)
+    assert b"".join(p for *_, p in frames) == data[:sent]
+    ended = end and sent == size
+    assert [flags for _, flags, _, _ in frames] == [0] * (len(frames) - ended) + [1] * ended
+    assert codec.data_frames == len(frames)
+    assert codec.window(1) == (min(stream_window, conn_window) - sent if not ended else 0)
+    assert codec.is_open(1) == (not ended)
+
+
+def test_send_fitting_on_a_closed_stream_raises() -> None:
+    """A stream reset (or never opened) is StreamClosed, nothing queued."""
+    codec, _ = _started()
+    with pytest.raises(StreamClosed):
+        codec.send_fitting(1, b"x", False)
+    codec.feed(_frame(1, 5, 1, _block(REQUEST)))
+    codec.reset_stream(1, 8)
+    codec.take_output()
+    with pytest.raises(StreamClosed):
+        codec.send_fitting(1, b"", True)
+    assert not codec.take_output()
+
+
 def test_a_small_answer_leaves_whole_or_not_at_all() -> None:
     """``answer`` sends HEADERS + one ending DATA frame when both fit the windows, else nothing (False)."""
     codec, _ = _started()
@@ -518,6 +616,37 @@ def test_a_small_answer_leaves_whole_or_not_at_all() -> None:
     assert not codec.is_open(1) and codec.window(3) == 65535 - 3
     assert not codec.answer(3, block, b"x" * 70000) and not codec.take_output()
     assert codec.window(3) == 65535 - 3
+
+
+_request_lists = st.lists(
+    st.sampled_from(
+        [
+            REQUEST,
+            [*REQUEST, (b"x-id", b"1")],
+            [*REQUEST, (b"x-id", b"2")],
+            [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"t"), (b":path", b"/y")],
+        ]
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_request_lists, st.lists(st.booleans(), min_size=12, max_size=12))
+def test_cached_blocks_always_decode_to_what_the_client_encoded(
+    requests: list[list[tuple[bytes, bytes]]], index: list[bool]
+) -> None:
+    """Blocks repeated, alternating, or changing the client's table (indexed or not): each
+    request's fields are the ones the client's encoder encoded."""
+    codec, listener = _started()
+    encoder = hpack.Encoder()
+    for i, fields in enumerate(requests):
+        sid = 2 * i + 1
+        sent = fields if index[i] else [hpack.NeverIndexedHeaderTuple(n, v) for n, v in fields]
+        codec.feed(_frame(1, 5, sid, encoder.encode(sent)))
+        assert listener.requests[sid][0] == fields
+        codec.send_headers(sid, b"\x89", True)
 
 
 def test_repeated_blocks_decode_once_until_the_table_changes() -> None:

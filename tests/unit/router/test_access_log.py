@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dataplane.http import Responder
 from dataplane.router.access_log import AccessLine, AccessLog, encode_lines
 from dataplane.router.state import RouterState
 
@@ -56,6 +57,27 @@ def test_a_route_with_quotes_stays_valid_json() -> None:
     """Values are escaped by the encoder, not pasted into a template."""
     data = encode_lines([AccessLine(0.0, '/a"b\\c', "GET", 404, "route_not_found", 0.0, None, None, 0)])
     assert json.loads(data)["route"] == '/a"b\\c'
+
+
+@pytest.mark.parametrize(
+    ("method", "logged"),
+    [
+        (b"POST", "POST"),
+        (b"GET", "GET"),
+        (b"PUT", "PUT"),
+        (b"HEAD", "HEAD"),
+        (b"M-SEARCH", "M-SEARCH"),
+        (b"", None),
+    ],
+)
+def test_the_method_is_the_requests_and_null_before_one_was_read(method: bytes, logged: str | None) -> None:
+    """A line names the request's method as sent, and null when the answer came before one was read."""
+    log = AccessLog(os.devnull, RouterState.standalone(None))
+    responder = Responder()
+    responder.method = method
+    log.record("other", 404, 0.001, responder)
+    [line] = log.entries
+    assert line.method == logged
 
 
 async def test_a_full_buffer_drops_and_counts(tmp_path: Path) -> None:

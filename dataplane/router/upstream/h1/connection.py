@@ -37,12 +37,13 @@ from typing import Final, cast
 import httptools
 
 from dataplane.errors import RouterError
-from dataplane.http.wire import lower_name
+from dataplane.http.wire import STATUS_LINES, lower_name
 from dataplane.router.body import RequestBody, body_segments
 from dataplane.router.headers import DROPPED, Headers
 from dataplane.router.upstream.base import (
     BodySink,
     ResponseListener,
+    StreamedResponse,
     UpstreamBodyIncomplete,
     UpstreamTimeout,
     UpstreamTimeouts,
@@ -78,7 +79,12 @@ _COALESCE_BODY_BYTES: Final = 256 * 1024  # copy head + body into one write belo
 _SLACK_S: Final = 0.001  # a deadline within this much is due now (uvloop's timers have ms resolution)
 
 
-class H1Response:
+class UnaskedAnswer(Exception):
+    """Raised from the parser's ``on_message_begin`` to stop it: a worker began an answer while
+    no request of ours was waiting for one (after an answer, in the same read, or while idle)."""
+
+
+class H1Response(StreamedResponse):
     """The answer on one connection; implements ``upstream.UpstreamResponse``."""
 
     __slots__ = (
@@ -86,7 +92,9 @@ class H1Response:
         "_conn",
         "_done",
         "_error",
+        "_head_min",
         "_paused",
+        "_raw",
         "_sink",
         "_size",
         "_waiter",
@@ -98,6 +106,10 @@ class H1Response:
         self.status = status
         self.headers = headers
         self._conn = conn
+        # The read that began with this answer's head, while the answer may still go to an
+        # HTTP/1.1 client as it came (``as_is``); and a lower bound of the head's length.
+        self._raw = b""
+        self._head_min = 0
         # A list, not a deque: compiled (scripts/build_mypyc.sh), its append, pop and clear are
         # native operations where a deque's are generic method calls (once per chunk).
         self._chunks: list[bytes] = []
@@ -178,6 +190,36 @@ class H1Response:
             chunks.clear()
         self._size = 0
         return body
+
+    def as_is(self, extra: bytes) -> bytes | None:
+        """The whole answer as the worker sent it, with the header lines ``extra`` added after
+        its own, when it can go to an HTTP/1.1 client unchanged (else None: encode it anew).
+
+        That is when it came complete in the one read that began with its head (a status line of
+        HTTP/1.1 as ``wire.STATUS_LINES`` writes it, so no interim answer or stray byte came
+        first), framed by Content-Length with no hop-by-hop header (the connection checked
+        that, ``H1Connection.on_header``), the worker keeping the connection open, and nothing
+        after its body. llhttp refuses a head line without CRLF and obs-fold (RFC 9112 §5.2), so
+        the first CRLF CRLF from a point inside the head is its end. Forwarding these bytes
+        instead of parsing them into a header list and encoding that again (``encode_h1_head``)
+        is what the floor of a proxy does (bench/README.md, "router_floor").
+        """
+        raw = self._raw
+        if not raw or not self._done or self._error is not None:
+            return None
+        chunks = self._chunks
+        if len(chunks) > 1:
+            return None
+        line = STATUS_LINES.get(self.status)
+        if line is None or not raw.startswith(line):
+            return None
+        end = raw.find(b"\r\n\r\n", self._head_min)
+        if end < 0 or end + 4 + (len(chunks[0]) if chunks else 0) != len(raw):
+            return None
+        if not extra:
+            return raw
+        cut = end + 2  # after the last header line's CRLF
+        return b"".join((raw[:cut], extra, raw[cut:]))
 
     def chunks(self) -> H1Response:
         # The answer is its own async iterator (as h2c's H2Stream), not an async generator:
@@ -275,6 +317,14 @@ class H1Connection(asyncio.Protocol):
         self._response: H1Response | None = None
         self._streaming: H1Response | None = None  # relayed to a sink: flushed after each read
         self._headers: Headers = []
+        # The read being parsed, while it is the exchange's first (its head may be forwarded as
+        # it came: ``H1Response.as_is``); the head's name and value bytes so far; whether the
+        # head so far could go to a client unchanged (no hop-by-hop header, and Content-Length).
+        self._first_read = False
+        self._read = b""
+        self._head_bytes = 0
+        self._as_is = True
+        self._length_seen = False
         self.deadline = 0.0  # the next one of the exchange in flight; the pool's one timer
         self._timed = False  # in the pool's set of exchanges with a deadline
         self._final = 0.0  # the whole exchange's deadline (timeout_s)
@@ -283,6 +333,8 @@ class H1Connection(asyncio.Protocol):
         self._idle_s = pool.timeouts.idle_s
         self._keep_alive = False
         self._delimited = False  # body length known (Content-Length or chunked)
+        # A request written and its final answer not complete yet: an answer may begin.
+        self._in_flight = False
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -294,12 +346,22 @@ class H1Connection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
+        if self._first_read:
+            self._first_read = False
+            self._read = data
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(UpstreamBodyIncomplete())
         except httptools.HttpParserError:
-            self._fail(UpstreamBodyIncomplete())
+            if self._in_flight:
+                self._fail(UpstreamBodyIncomplete())
+            else:
+                self._drop()
+        self._read = b""
+        unfinished = self._response
+        if unfinished is not None:
+            unfinished._raw = b""  # not whole in one read: never forwarded as is (nor kept)
         if self._timed:  # still in flight after this read (a complete answer is unwatched)
             self._heard_now()
         streaming = self._streaming
@@ -325,22 +387,46 @@ class H1Connection(asyncio.Protocol):
         self._on_closed()
 
     # -- httptools callbacks ---------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if not self._in_flight:
+            # Bytes no request asked for: answered as the next request's, they would shift
+            # every later answer to the wrong client (response desync). The answer before them
+            # stands; the connection is never used again (``data_received``).
+            raise UnaskedAnswer()
+
     def on_header(self, name: bytes, value: bytes) -> None:
         name = lower_name(name)
-        if name == b"content-length" or name == b"transfer-encoding":
-            self._delimited = True
+        self._head_bytes += len(name) + len(value)
         if name not in DROPPED:
             self._headers.append((name, value))
+        elif name == b"content-length":
+            self._delimited = self._length_seen = True
+        else:
+            # Hop-by-hop (RFC 9110 §7.6.1) or framing: the head cannot go to a client as it came.
+            self._as_is = False
+            if name == b"transfer-encoding":
+                self._delimited = True
 
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
         if 100 <= status < 200:  # interim answer (RFC 9110 §15.2): the final one follows
             self._headers = []
+            self._read = b""  # the final head does not begin this read
+            self._head_bytes = 0
+            self._as_is = True
+            self._length_seen = False
             return
-        self._keep_alive = self._parser.should_keep_alive()
+        keep_alive = self._keep_alive = self._parser.should_keep_alive()
         headers = self._headers
         self._headers = []
         response = H1Response(self, status, headers)
+        if self._read and self._as_is and self._length_seen and keep_alive:
+            response._raw = self._read
+            # "HTTP/1.1 NNN" plus every name and value: the head's last CRLF CRLF lies beyond.
+            response._head_min = 12 + self._head_bytes
+        self._head_bytes = 0
+        self._as_is = True
+        self._length_seen = False
         self._response = response
         if self._listener is not None:
             self._ready = response
@@ -359,7 +445,7 @@ class H1Connection(asyncio.Protocol):
         if response is None:  # end of an interim (1xx) message
             return
         self._response = None
-        self._delimited = False
+        self._delimited = self._in_flight = False
         if self._timed:
             self._timed = False
             self._pool.deadlines.unwatch(self)
@@ -414,6 +500,7 @@ class H1Connection(asyncio.Protocol):
     ) -> None:
         self._final = deadline
         self._heard = now
+        self._first_read = self._in_flight = True
         first = now + self._first_byte_s
         self.deadline = first if first < deadline else deadline
         self._timed = True
@@ -505,6 +592,12 @@ class H1Connection(asyncio.Protocol):
         self.abort()
         if listener is not None:
             listener.on_failure(error)
+
+    def _drop(self) -> None:
+        """Parsing failed on bytes that came after the answer (or with no request out): that
+        answer stands, the connection leaves the pool and closes."""
+        self._pool.forget(self)
+        self.abort()
 
     def _on_closed(self) -> None:
         if self.lost and self._head_waiter is None and self._listener is None and self._response is None:

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Final
 
+from dataplane.http.wire import decimal
 from dataplane.router.body import RequestBody
 from dataplane.router.headers import Headers
 from dataplane.router.upstream.base import ResponseListener, UpstreamTimeouts, UpstreamUnreachable
@@ -32,6 +34,8 @@ from dataplane.router.upstream.h1.connection import (
     H1Connection,
     H1Response,
 )
+
+_MAX_POST_LINES: Final = 1024
 
 
 class H1Pool(ConnectionHome):
@@ -59,6 +63,10 @@ class H1Pool(ConnectionHome):
             # The worker's key (SGLang's --api-key) rides in the line every request head starts
             # with: no per-request work (the client's own credentials were dropped, headers.py).
             self._host_line += b"\r\nauthorization: Bearer " + api_key.encode("ascii")
+        # POST request lines by target, up to the content-length value (``_head``): a lookup of
+        # the target (the proxy hands the same bytes object for a target: its hash is kept)
+        # instead of formatting four values per request. Bounded like the proxy's target cache.
+        self._post_lines: dict[bytes, bytes] = {}
         self._max_idle = max_idle
         self._idle_ttl_s = idle_ttl_s
         self._connect_timeout_s = connect_timeout_s
@@ -138,7 +146,15 @@ class H1Pool(ConnectionHome):
         then the body itself if ``with_body`` (a ``bytes`` body)."""
         # The pieces, then one join: compiled (scripts/build_mypyc.sh), a %-format and an
         # in-place add per header were a new bytes object each.
-        if body or method != b"GET":
+        if method == b"POST":
+            line = self._post_lines.get(path)
+            if line is None:
+                line = b"POST %s HTTP/1.1%s\r\ncontent-length: " % (path, self._host_line)
+                if len(self._post_lines) >= _MAX_POST_LINES:
+                    self._post_lines.clear()  # a client cycling targets only makes it start over
+                self._post_lines[path] = line
+            parts = [line, decimal(len(body))]
+        elif body or method != b"GET":
             parts = [b"%s %s HTTP/1.1%s\r\ncontent-length: %d" % (method, path, self._host_line, len(body))]
         else:
             parts = [b"%s %s HTTP/1.1%s" % (method, path, self._host_line)]

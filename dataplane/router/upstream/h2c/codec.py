@@ -20,7 +20,7 @@ A violation raises ``H2ProtocolError``: the caller fails the connection, never r
 
 from __future__ import annotations
 
-from typing import Protocol
+from mypy_extensions import mypyc_attr
 
 from dataplane.http.h2_frames import (
     ACK,
@@ -53,15 +53,31 @@ from dataplane.http.h2_hpack import Decoder, HpackError
 from dataplane.router.upstream.h2c.output import CodecOutput
 
 
-class CodecListener(Protocol):
+# Compiled (scripts/build_mypyc.sh), a native base class rather than a Protocol: the codec's
+# calls (two per answer) are vtable calls, not lookups by name with boxed arguments
+# (``h2c.stream.StreamOwner``, which ``H2Connection`` extends, extends it). Test listeners are
+# interpreted subclasses.
+@mypyc_attr(allow_interpreted_subclasses=True)
+class CodecListener:
     """What the connection does with decoded frames (called from ``ClientCodec.feed``)."""
 
-    def on_headers(self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None: ...
-    def on_data(self, stream_id: int, data: bytes, flow_controlled: int, end_stream: bool) -> None: ...
-    def on_reset(self, stream_id: int, code: int) -> None: ...
-    def on_goaway(self, last_stream_id: int, code: int) -> None: ...
-    def on_window(self) -> None: ...
-    def on_settings(self) -> None: ...
+    def on_headers(self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None:
+        raise NotImplementedError
+
+    def on_data(self, stream_id: int, data: bytes, flow_controlled: int, end_stream: bool) -> None:
+        raise NotImplementedError
+
+    def on_reset(self, stream_id: int, code: int) -> None:
+        raise NotImplementedError
+
+    def on_goaway(self, last_stream_id: int, code: int) -> None:
+        raise NotImplementedError
+
+    def on_window(self) -> None:
+        raise NotImplementedError
+
+    def on_settings(self) -> None:
+        raise NotImplementedError
 
 
 class ClientCodec(CodecOutput):
@@ -90,7 +106,10 @@ class ClientCodec(CodecOutput):
                 break
             kind = buf[pos + 3]
             flags = buf[pos + 4]
-            sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & MAX_STREAM_ID
+            # Byte by byte, not int.from_bytes (compiled, a call by name on a new slice).
+            sid = (
+                (buf[pos + 5] & 0x7F) << 24 | buf[pos + 6] << 16 | buf[pos + 7] << 8 | buf[pos + 8]
+            )  # the reserved bit dropped (RFC 9113 §4.1)
             payload = buf[pos + 9 : end]
             pos = end
             if self._continuation is not None and kind != CONTINUATION:

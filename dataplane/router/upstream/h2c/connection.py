@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable
 from typing import cast
 
 from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamUnreachable
@@ -33,10 +32,19 @@ from dataplane.router.body import RequestBody
 from dataplane.router.upstream.base import UpstreamTimeouts
 from dataplane.router.upstream.deadlines import Deadlines
 from dataplane.router.upstream.h2c.codec import ClientCodec
-from dataplane.router.upstream.h2c.stream import H2Stream, StreamOwner, parse_head
+from dataplane.router.upstream.h2c.stream import H2Stream, Retrier, StreamOwner, parse_head
 
 DEFAULT_STREAM_WINDOW = 4 * 1024 * 1024
 DEFAULT_MAX_STREAMS = 256
+
+
+class ConnectionPool(Retrier):
+    """What a connection tells its pool (``h2c.pool.H2Pool`` extends it): a native base class,
+    so the call at every stream's end is a vtable call, not a bound method's generic one."""
+
+    def on_capacity(self, conn: H2Connection) -> None:
+        """A stream slot came free on ``conn``, or ``conn`` closed."""
+        raise NotImplementedError
 
 
 class H2Connection(StreamOwner):
@@ -48,27 +56,30 @@ class H2Connection(StreamOwner):
         *,
         stream_window_bytes: int = DEFAULT_STREAM_WINDOW,
         max_streams: int = DEFAULT_MAX_STREAMS,
-        on_capacity: Callable[[H2Connection], None] | None = None,
+        pool: ConnectionPool | None = None,
         timeouts: UpstreamTimeouts | None = None,
     ) -> None:
         self.authority = authority
         self._timeouts = timeouts or UpstreamTimeouts()
         self._max_streams = max_streams
-        self._on_capacity = on_capacity
+        self._pool = pool
         self._codec = ClientCodec(self, stream_window=stream_window_bytes)
         self._loop = asyncio.get_running_loop()
         self._last_block: list[tuple[bytes, bytes]] | None = None
-        self._last_head: tuple[int, list[tuple[bytes, bytes]]] = (0, [])
+        self._last_status = 0
+        self._last_headers: list[tuple[bytes, bytes]] = []
         self._transport: asyncio.Transport | None = None
         self._streams: dict[int, H2Stream] = {}
         self._send_blocked: dict[int, H2Stream] = {}
         self._write_paused = False
         self._peer_seen = False  # any byte from the peer: before that, nothing was processed
         self._feeding = False  # inside data_received: listeners are told after the whole read
+        self._now = -1.0  # the loop's time during a read, once read (``clock``)
         self._ready: list[H2Stream] = []  # listened streams to tell once the read is decoded
         self.closed = False  # failed or lost: never reused (the pool drops it)
         self.draining = False  # GOAWAY received or sent: no new streams
         self.deadlines = Deadlines()  # of the streams in flight (``h2c.stream``), one timer
+        self.credit_batch = stream_window_bytes >> 2
 
     # -- capacity, as the pool sees it ---------------------------------------------------------
 
@@ -101,6 +112,7 @@ class H2Connection(StreamOwner):
             self._fail(UpstreamBodyIncomplete())
         finally:
             self._feeding = False
+            self._now = -1.0
             self._flush()
             if self._ready:
                 self._tell_ready()
@@ -130,11 +142,13 @@ class H2Connection(StreamOwner):
         headers: list[tuple[bytes, bytes]],
         body: RequestBody,
         deadline: float,
+        now: float | None = None,
     ) -> H2Stream:
         """Open a stream, send its headers and as much body as the windows allow.
 
         ``headers`` are end-to-end already (``upstream.UpstreamPool``): no connection-specific
-        field (RFC 9113 §8.2.2), no Host (it travels as :authority), no framing.
+        field (RFC 9113 §8.2.2), no Host (it travels as :authority), no framing. ``now``: the
+        loop's time the caller read for ``deadline`` (else it is read here).
         """
         if self.closed or self.draining:
             raise UpstreamUnreachable()
@@ -146,7 +160,10 @@ class H2Connection(StreamOwner):
         except H2ProtocolError as exc:  # stream ids exhausted: this connection is done
             self.draining = True
             raise UpstreamUnreachable() from exc
-        stream = H2Stream(self, sid, body, deadline, self._loop, self._timeouts)
+        loop = self._loop
+        stream = H2Stream(
+            self, sid, body, deadline, loop.time() if now is None else now, loop, self._timeouts
+        )
         self._streams[sid] = stream
         transport = self._transport
         assert transport is not None
@@ -231,8 +248,8 @@ class H2Connection(StreamOwner):
             # The codec hands back the same list for a repeated header block: parse it once.
             if headers is not self._last_block:
                 self._last_block = headers
-                self._last_head = parse_head(headers)
-            stream.head_received(*self._last_head)
+                self._last_status, self._last_headers = parse_head(headers)
+            stream.head_received(self._last_status, self._last_headers)
         if end_stream:  # a header-only answer, or trailers (ignored: nothing to forward them to)
             self._ended(stream)
 
@@ -240,7 +257,7 @@ class H2Connection(StreamOwner):
         stream = self._streams.get(stream_id)
         if stream is None:
             return
-        stream.data_received(data, flow_controlled)
+        stream.data_received(data, flow_controlled, end_stream)
         if end_stream:
             self._ended(stream)
 
@@ -275,6 +292,14 @@ class H2Connection(StreamOwner):
         self._resume_sends()
         self._released()  # MAX_CONCURRENT_STREAMS may have grown
 
+    def clock(self) -> float:
+        now = self._now
+        if now < 0.0:
+            now = self._loop.time()
+            if self._feeding:
+                self._now = now
+        return now
+
     def notify(self, stream: H2Stream) -> None:
         """A listened stream has news (``H2Stream._wake``): told after the read being decoded, so
         a head and the body that came with it are one answer; told now outside a read."""
@@ -286,9 +311,13 @@ class H2Connection(StreamOwner):
     # -- internals ------------------------------------------------------------------------------
 
     def _tell_ready(self) -> None:
-        ready, self._ready = self._ready, []
-        for stream in ready:
-            stream.deliver()  # a stream listed twice is told once (deliver forgets the listener)
+        # Nothing is added meanwhile (outside a read a stream is told at once, ``notify``).
+        ready = self._ready
+        try:
+            for stream in ready:
+                stream.deliver()  # a stream listed twice is told once (deliver forgets the listener)
+        finally:
+            ready.clear()
 
     def _ended(self, stream: H2Stream) -> None:
         sid = stream.stream_id
@@ -315,8 +344,8 @@ class H2Connection(StreamOwner):
             self._released()
 
     def _released(self) -> None:
-        if self._on_capacity is not None:
-            self._on_capacity(self)
+        if self._pool is not None:
+            self._pool.on_capacity(self)
 
     def _fail(self, error: RouterError) -> None:
         if self.closed:
@@ -332,8 +361,13 @@ class H2Connection(StreamOwner):
         self._released()
 
     def _finished(self, sid: int) -> H2Stream | None:
-        stream = self._streams.pop(sid, None)
-        self._send_blocked.pop(sid, None)
+        # get + del, not pop(sid, None): compiled, pop with a default is a call by name.
+        streams = self._streams
+        stream = streams.get(sid)
+        if stream is not None:
+            del streams[sid]
+        if self._send_blocked:
+            self._send_blocked.pop(sid, None)
         self._codec.forget(sid)
         if stream is not None:
             self._released_or_closed()

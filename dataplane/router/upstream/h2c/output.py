@@ -8,6 +8,8 @@ returned per stream only as the consumer reads (``consumed``). Bytes in, bytes o
 
 from __future__ import annotations
 
+from typing import Final
+
 from dataplane.http.h2_frames import (
     CONTENT_LENGTH_FIELD,
     CONTINUATION,
@@ -21,6 +23,7 @@ from dataplane.http.h2_frames import (
     MAX_WINDOW,
     METHOD_FIELDS,
     NO_ERROR,
+    OCTETS,
     PREFACE,
     RECV_FRAME_SIZE,
     RST_STREAM,
@@ -41,6 +44,29 @@ from dataplane.router.body import RequestBody, body_window
 def _data_header(size: int, flags: int) -> bytes:
     """Length, type and flags of a DATA frame header (RFC 9113 §4.1); the stream id follows."""
     return ((size << 16) | (DATA << 8) | flags).to_bytes(5, "big")
+
+
+# Two integers below 2**40 rather than one 72-bit one per frame header: compiled, a short int
+# stays unboxed, where each shift or or of a longer one allocates an int object.
+def _frame_head(size: int, kind: int, flags: int, sid: bytes) -> bytes:
+    """A frame header (RFC 9113 §4.1): length, type, flags, then ``sid`` (4 octets)."""
+    return ((size << 16) | (kind << 8) | flags).to_bytes(5, "big") + sid
+
+
+_LENGTHS_MAX: Final = 1024
+
+
+def _same_fields(fields: list[tuple[bytes, bytes]], last: list[tuple[bytes, bytes]]) -> bool:
+    n = len(fields)
+    if n != len(last):
+        return False
+    for i in range(n):
+        # Compiled, a field is read as two references (no tuple: ``is`` on it would box one).
+        name, value = fields[i]
+        seen_name, seen_value = last[i]
+        if name != seen_name or value != seen_value:
+            return False
+    return True
 
 
 class _Windows:
@@ -72,6 +98,12 @@ class CodecOutput:
         self.conn_send_window = DEFAULT_WINDOW
         self._windows: dict[int, _Windows] = {}
         self._scheme_authority: dict[bytes, bytes] = {}
+        # The last request's fields and their block (content-length apart): a client sends the
+        # same fields again and again, and comparing them costs a fraction of encoding them.
+        self._last_request: tuple[bytes, bytes, bytes] = (b"", b"", b"")  # method, path, authority
+        self._last_fields: list[tuple[bytes, bytes]] = []
+        self._last_block = b""
+        self._lengths: dict[int, bytes] = {}  # content-length fields by value
 
     def preface(self) -> bytes:
         """Connection preface + SETTINGS + opening the connection window to the maximum."""
@@ -109,6 +141,36 @@ class CodecOutput:
         if sid > MAX_STREAM_ID:
             raise H2ProtocolError("stream ids exhausted", NO_ERROR)
         self.next_stream_id = sid + 2
+        last_method, last_path, last_authority = self._last_request
+        if (
+            method == last_method
+            and path == last_path
+            and authority == last_authority
+            and _same_fields(headers, self._last_fields)
+        ):
+            block = self._last_block
+        else:
+            block = self._encode(method, path, authority, headers)
+            self._last_request = (method, path, authority)
+            self._last_fields = list(headers)  # a copy: the caller may reuse its list
+            self._last_block = block
+        if content_length is not None:
+            block += self._length_field(content_length)
+        self._windows[sid] = _Windows(self.peer_initial_window, self.stream_window)
+        flags = END_STREAM if end_stream else 0
+        limit = self.peer_max_frame
+        if len(block) <= limit:
+            return sid, _frame_head(len(block), HEADERS, flags | END_HEADERS, sid.to_bytes(4, "big")) + block
+        frames = [frame(HEADERS, flags, sid, block[:limit])]
+        for off in range(limit, len(block), limit):
+            last = off + limit >= len(block)
+            frames.append(frame(CONTINUATION, END_HEADERS if last else 0, sid, block[off : off + limit]))
+        return sid, b"".join(frames)
+
+    def _encode(
+        self, method: bytes, path: bytes, authority: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> bytes:
+        """The header block of a request but its content-length, uncached."""
         method_field = METHOD_FIELDS.get(method)
         scheme_authority = self._scheme_authority.get(authority)
         if scheme_authority is None:  # one per connection: built once
@@ -125,19 +187,19 @@ class CodecOutput:
             parts.append(
                 prefix + hpack_str(value) if prefix else b"\x00" + hpack_str(name) + hpack_str(value)
             )
-        if content_length is not None:
-            parts.append(CONTENT_LENGTH_FIELD + hpack_str(str(content_length).encode()))
-        block = b"".join(parts)
-        self._windows[sid] = _Windows(self.peer_initial_window, self.stream_window)
-        flags = END_STREAM if end_stream else 0
-        limit = self.peer_max_frame
-        if len(block) <= limit:
-            return sid, frame(HEADERS, flags | END_HEADERS, sid, block)
-        frames = [frame(HEADERS, flags, sid, block[:limit])]
-        for off in range(limit, len(block), limit):
-            last = off + limit >= len(block)
-            frames.append(frame(CONTINUATION, END_HEADERS if last else 0, sid, block[off : off + limit]))
-        return sid, b"".join(frames)
+        return b"".join(parts)
+
+    def _length_field(self, content_length: int) -> bytes:
+        """``content-length: N`` (literal without indexing, static name), cached by N."""
+        lengths = self._lengths
+        field = lengths.get(content_length)
+        if field is None:
+            digits = b"%d" % content_length
+            field = CONTENT_LENGTH_FIELD + OCTETS[len(digits)] + digits
+            if len(lengths) >= _LENGTHS_MAX:
+                lengths.clear()
+            lengths[content_length] = field
+        return field
 
     def sendable(self, stream_id: int) -> int:
         """Body bytes this stream may send now (min of its window and the connection's)."""
@@ -158,8 +220,7 @@ class CodecOutput:
         flags = END_STREAM if end_stream else 0
         limit = self.peer_max_frame
         if n <= limit:
-            # The frame header as one integer: length << 48 | DATA << 40 | flags << 32 | stream id.
-            head = ((n << 48) | (DATA << 40) | (flags << 32) | stream_id).to_bytes(9, "big")
+            head = _frame_head(n, DATA, flags, stream_id.to_bytes(4, "big"))
             return b"".join((prefix, head, body_window(body, start, stop)))
         sid = stream_id.to_bytes(4, "big")
         out = bytearray(len(prefix) + n + 9 * -(-n // limit))
@@ -185,7 +246,10 @@ class CodecOutput:
 
     def forget(self, stream_id: int) -> None:
         """The stream is closed: drop its windows (later frames for it are only counted)."""
-        self._windows.pop(stream_id, None)
+        # ``in`` + del, not pop(stream_id, None): compiled, pop with a default is a call by name.
+        windows = self._windows
+        if stream_id in windows:
+            del windows[stream_id]
 
     def consumed(self, stream_id: int, nbytes: int) -> None:
         """The reader took ``nbytes`` of this stream: return the credit in batches (§6.9)."""

@@ -24,13 +24,18 @@ from collections import deque
 from dataplane.errors import RouterError, UpstreamTimeout, UpstreamUnreachable
 from dataplane.router.body import RequestBody
 from dataplane.router.upstream.base import ResponseListener, UpstreamTimeouts
-from dataplane.router.upstream.h2c.connection import DEFAULT_MAX_STREAMS, DEFAULT_STREAM_WINDOW, H2Connection
-from dataplane.router.upstream.h2c.stream import H2Stream, Retrier
+from dataplane.router.upstream.h2c.connection import (
+    DEFAULT_MAX_STREAMS,
+    DEFAULT_STREAM_WINDOW,
+    ConnectionPool,
+    H2Connection,
+)
+from dataplane.router.upstream.h2c.stream import H2Stream
 
 __all__ = ["H2Connection", "H2Pool", "H2Stream"]
 
 
-class H2Pool(Retrier):
+class H2Pool(ConnectionPool):
     """The h2c connections to one worker (implements the router's ``UpstreamPool``)."""
 
     protocol = "h2c"
@@ -129,7 +134,8 @@ class H2Pool(Retrier):
             return None
         if self._auth:
             headers = headers + self._auth
-        stream = conn.start(method, path, headers, body, loop.time() + timeout_s)
+        now = loop.time()
+        stream = conn.start(method, path, headers, body, now + timeout_s, now)
         stream.listen(listener, self, (method, path, headers))
         return stream
 
@@ -213,7 +219,7 @@ class H2Pool(Retrier):
                         self._authority,
                         stream_window_bytes=self._stream_window,
                         max_streams=self._max_streams,
-                        on_capacity=self._on_capacity,
+                        pool=self,
                         timeouts=self._timeouts,
                     ),
                     self.host,
@@ -233,7 +239,7 @@ class H2Pool(Retrier):
     def fail_stalled(self, since: float) -> int:
         return sum(conn.fail_stalled(since) for conn in list(self._conns))
 
-    def _on_capacity(self, conn: H2Connection) -> None:
+    def on_capacity(self, conn: H2Connection) -> None:
         if conn.closed:
             with contextlib.suppress(ValueError):
                 self._conns.remove(conn)

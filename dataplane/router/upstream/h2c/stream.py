@@ -19,21 +19,23 @@ of the read that carried the head (so ``buffered_body()`` sees a body that came 
 once when the stream fails outside a read (timeout, hung worker, connection lost). A stream the
 worker refused unprocessed (REFUSED_STREAM, GOAWAY: RFC 9113 §8.7) is not the listener's
 failure: the pool tries once more (``Retrier``), as ``H2Pool.request`` does.
+
+Two ways to take the body: ``chunks()`` (a task iterates), or ``relay_to`` a ``BodySink`` (the
+callback relay, ``path.relay.StreamRelay``): each read's bytes handed on after the read, the
+worker held back by withholding credit while the sink is paused (``StreamedResponse``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 
 from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeout
 from dataplane.http.h2_frames import CANCEL
 from dataplane.router.body import RequestBody
 from dataplane.router.headers import DROPPED
-from dataplane.router.upstream.base import ResponseListener, UpstreamTimeouts
+from dataplane.router.upstream.base import BodySink, ResponseListener, StreamedResponse, UpstreamTimeouts
 from dataplane.router.upstream.deadlines import Deadlines
-
-_DEFAULT_TIMEOUTS = UpstreamTimeouts()
+from dataplane.router.upstream.h2c.codec import CodecListener
 
 
 def parse_head(headers: list[tuple[bytes, bytes]]) -> tuple[int, list[tuple[bytes, bytes]]]:
@@ -50,8 +52,9 @@ def parse_head(headers: list[tuple[bytes, bytes]]) -> tuple[int, list[tuple[byte
     return status, out
 
 
-class StreamOwner(asyncio.Protocol):
-    """What a stream needs from its connection (``h2c.connection.H2Connection`` extends it).
+class StreamOwner(CodecListener, asyncio.Protocol):
+    """What a stream needs from its connection (``h2c.connection.H2Connection`` extends it; the
+    codec's listener too, for the same reason).
 
     A base class rather than a Protocol: compiled (scripts/build_mypyc.sh), a Protocol-typed
     reference makes every attribute read and call a generic lookup by name; through a native
@@ -59,6 +62,9 @@ class StreamOwner(asyncio.Protocol):
     """
 
     deadlines: Deadlines
+    # Receive credit goes back a quarter window at a time (``CodecOutput.consumed``): a stream
+    # holds back smaller amounts itself rather than calling ``consumed`` per chunk.
+    credit_batch: int
 
     def consumed(self, stream_id: int, nbytes: int) -> None:
         """The router's client took ``nbytes`` of the stream: return that credit."""
@@ -72,6 +78,11 @@ class StreamOwner(asyncio.Protocol):
         """A listened stream has news to deliver."""
         raise NotImplementedError
 
+    def clock(self) -> float:
+        """The loop's time, read at most once per read from the worker (every frame of one
+        read arrived at the same moment)."""
+        raise NotImplementedError
+
 
 class Retrier:
     """Tries a refused callback-driven stream's request once more (``h2c.pool.H2Pool`` extends
@@ -81,7 +92,7 @@ class Retrier:
         raise NotImplementedError
 
 
-class H2Stream:
+class H2Stream(StreamedResponse):
     """A request in flight on an h2c connection, and its response as it streams in."""
 
     __slots__ = (
@@ -94,7 +105,9 @@ class H2Stream:
         "_idle_s",
         "_listener",
         "_loop",
+        "_paused",
         "_retrier",
+        "_sink",
         "_successor",
         "_timed",
         "_unacked",
@@ -116,9 +129,11 @@ class H2Stream:
         stream_id: int,
         body: RequestBody,
         deadline: float,
-        loop: asyncio.AbstractEventLoop | None = None,
-        timeouts: UpstreamTimeouts | None = None,
+        now: float,
+        loop: asyncio.AbstractEventLoop,
+        timeouts: UpstreamTimeouts,
     ) -> None:
+        """``now``: the loop's time as the request is sent (the caller read it for ``deadline``)."""
         self._conn = conn
         self.stream_id = stream_id
         self.status = 0
@@ -127,21 +142,24 @@ class H2Stream:
         self.refused = False  # the live worker declined it unprocessed (REFUSED_STREAM, GOAWAY)
         self.pending = body  # the request body; bytes from pending_off on are not sent yet
         self.pending_off = 0
-        self._buf: deque[bytes] = deque()
-        self._unacked = 0  # flow-controlled bytes buffered, credit not yet returned
+        # A list, not a deque: compiled (scripts/build_mypyc.sh), its append and clear are native
+        # operations where a deque's are calls by name, and creating it is one too.
+        self._buf: list[bytes] = []
+        self._unacked = 0  # flow-controlled bytes received, credit not yet returned
         self._eof = False
         self._error: RouterError | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._listener: ResponseListener | None = None  # told of the head instead of a waiter
+        self._sink: BodySink | None = None  # relay_to(): the body goes there as it arrives
+        self._paused = False  # the sink's client is not taking bytes: no credit, bytes kept here
         self._retrier: Retrier | None = None
         self._successor: asyncio.Task[None] | None = None  # the retry of a refused listened stream
         # (method, path, headers) as sent, kept by a listened stream for its retry.
         self.request: tuple[bytes, bytes, list[tuple[bytes, bytes]]] | None = None
-        loop = self._loop = loop or asyncio.get_running_loop()
-        timeouts = timeouts or _DEFAULT_TIMEOUTS
+        self._loop = loop
         self._idle_s = timeouts.idle_s
         self._final = deadline
-        self._heard = now = loop.time()
+        self._heard = now
         first = now + timeouts.first_byte_s
         self.deadline = first if first < deadline else deadline  # ``deadlines.Timed``
         self._timed = True  # watched by the connection's ``Deadlines``
@@ -170,9 +188,12 @@ class H2Stream:
         self.abort()
 
     def deliver(self) -> None:
-        """Tell the listener, if the head or a failure is there to tell (``H2Connection.notify``)."""
+        """Tell the listener, if the head or a failure is there to tell, or hand the sink what
+        came (``H2Connection.notify``)."""
         listener = self._listener
         if listener is None:
+            if self._sink is not None:
+                self._to_sink()
             return
         if self.started:
             self._listener = None
@@ -216,7 +237,7 @@ class H2Stream:
         if not self._eof or self._error is not None:
             return None
         buf = self._buf
-        data = b"" if not buf else buf.popleft() if len(buf) == 1 else b"".join(buf)
+        data = b"" if not buf else buf[0] if len(buf) == 1 else b"".join(buf)
         buf.clear()
         self._flush_credit()
         return data
@@ -232,10 +253,9 @@ class H2Stream:
             buf = self._buf
             if buf:
                 # Coalesce what arrived meanwhile: fewer writes to the client, same bytes.
-                data = buf.popleft() if len(buf) == 1 else b"".join(buf)
+                data = buf[0] if len(buf) == 1 else b"".join(buf)
                 buf.clear()
-                unacked, self._unacked = self._unacked, 0
-                self._conn.consumed(self.stream_id, unacked)
+                self._flush_credit()
                 return data
             if self._error is not None:
                 raise self._error
@@ -245,6 +265,7 @@ class H2Stream:
 
     def abort(self) -> None:
         """The router's client went away: RST_STREAM(CANCEL) unless the stream already ended."""
+        self._sink = None
         if self._eof or self._error is not None:
             self._drop_buffer()
             return
@@ -253,6 +274,62 @@ class H2Stream:
         self._conn.cancel(self)
         self._drop_buffer()
         self._wake()
+
+    # -- relayed by callbacks (``StreamedResponse``) --------------------------------------------
+    def arrived(self) -> bytes:
+        buf = self._buf
+        if not buf:
+            return b""
+        data = buf[0] if len(buf) == 1 else b"".join(buf)
+        buf.clear()
+        self._flush_credit()
+        return data
+
+    def relay_to(self, sink: BodySink) -> None:
+        """From now on the body goes to ``sink``, from the connection's callbacks after each read
+        (``deliver``): no future, task or iterator per chunk (``path.relay.StreamRelay``)."""
+        self._sink = sink
+        self._to_sink()
+
+    def pause(self) -> None:
+        """The sink's client is not taking bytes: what the worker sends stays here and its credit
+        is withheld (RFC 9113 §5.2, §6.9), so the worker stops once the stream's window is
+        spent; this stream only, the connection's other streams flow on. Memory: at most the
+        window. The idle deadline does not run meanwhile (the wait is the router's)."""
+        self._paused = True
+
+    def resume(self) -> None:
+        if self._paused:
+            self._paused = False
+            if not self._eof and self._error is None:
+                self._heard = self._conn.clock()  # the idle deadline counts from now
+            self._to_sink()
+
+    def _to_sink(self) -> None:
+        """Hand the sink what has arrived (one piece, its credit returned) unless paused, then
+        the end (with the last piece) or the failure if it came."""
+        sink = self._sink
+        if sink is None:
+            return
+        done = self._eof or self._error is not None
+        if self._paused and not done:
+            return  # held here, credit withheld: the worker stops at the window's end
+        buf = self._buf
+        chunk = b"" if not buf else buf[0] if len(buf) == 1 else b"".join(buf)
+        buf.clear()
+        if not done:
+            if chunk:
+                self._flush_credit()
+                sink.on_body(chunk)
+            return
+        self._sink = None
+        error = self._error
+        if error is None:
+            sink.on_end(chunk)
+            return
+        if chunk:
+            sink.on_body(chunk)
+        sink.on_error(error)
 
     # -- fed by the connection ------------------------------------------------------------------
 
@@ -265,7 +342,7 @@ class H2Stream:
         self.started = True
         if not self._eof and self._error is None:
             # The idle deadline from now on (the first-byte one is met).
-            self._heard = now = self._loop.time()
+            self._heard = now = self._conn.clock()
             due = now + self._idle_s
             self.deadline = due if due < self._final else self._final
             if self._timed:
@@ -273,8 +350,11 @@ class H2Stream:
                 self._conn.deadlines.watch(self, self._loop)
         self._wake()
 
-    def data_received(self, data: bytes, flow_controlled: int) -> None:
-        self._heard = self._loop.time()
+    def data_received(self, data: bytes, flow_controlled: int, end_stream: bool) -> None:
+        """Body bytes (``flow_controlled``: the frame's length, padding included); the last
+        ones when ``end_stream`` (``ended`` follows, so no deadline needs the time they came)."""
+        if not end_stream:
+            self._heard = self._conn.clock()
         self._unacked += flow_controlled
         if data:
             self._buf.append(data)
@@ -303,7 +383,7 @@ class H2Stream:
         after the first failed check waits on the same hung worker), and nothing held back for
         our client."""
         quiet = self._heard < since or not self.started
-        return quiet and not self._buf and not self._eof and self._error is None
+        return quiet and not self._buf and not self._paused and not self._eof and self._error is None
 
     def on_timeout(self) -> None:
         """``deadline`` passed (called by the connection's ``Deadlines``, which no longer watches
@@ -314,8 +394,10 @@ class H2Stream:
             return
         if self.started:
             now = self._loop.time()
-            # Bytes the relay has not taken yet: the wait is the router's client's, not the worker's.
-            due = min((now if self._buf else self._heard) + self._idle_s, self._final)
+            # Bytes the relay has not taken yet, or a sink holding the worker back: the wait is
+            # the router's client's, not the worker's.
+            held = self._buf or self._paused
+            due = min((now if held else self._heard) + self._idle_s, self._final)
             if due > now + 0.001:
                 self.deadline = due
                 self._timed = True
@@ -344,8 +426,12 @@ class H2Stream:
         self._flush_credit()
 
     def _flush_credit(self) -> None:
-        unacked, self._unacked = self._unacked, 0
-        if unacked:
+        """The bytes buffered so far are taken: their credit goes back once it makes a batch
+        (RFC 9113 §6.9), as the codec would batch it anyway. What a stream never returns goes
+        with it when it closes."""
+        unacked = self._unacked
+        if unacked >= self._conn.credit_batch:
+            self._unacked = 0
             self._conn.consumed(self.stream_id, unacked)
 
     async def _wait(self) -> None:
@@ -363,5 +449,5 @@ class H2Stream:
         if waiter is not None:
             if not waiter.done():
                 waiter.set_result(None)
-        elif self._listener is not None:
+        elif self._listener is not None or self._sink is not None:
             self._conn.notify(self)

@@ -334,3 +334,84 @@ async def test_abandoned_exchange_closes_its_connection_and_stays_silent() -> No
         assert listener.calls == 0
         assert (await pool.request(b"POST", b"/", [], b"fast", timeout_s=2)).buffered_body() == b"ok"
         assert server.connections == 2
+
+
+# Bytes a worker sends that no request asked for: a whole second answer, its head alone, part
+# of a status line. Taken as the next request's answer they would shift every later answer to
+# the wrong client.
+UNASKED = [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nEVIL",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n",
+    b"HTTP/1.1 2",
+    b"garbage",
+]
+
+
+def _answering_then(unasked: bytes, *, later: bool) -> tuple[Script, asyncio.Event]:
+    """A worker answering its connection's first request with ``ok`` and then ``unasked`` (in
+    the same write, or ``later`` in a write of its own), every later request with ``ok2``; the
+    event is set when the router closes a connection that sent ``unasked``."""
+    closed = asyncio.Event()
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+        if later:
+            writer.write(answer)
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(unasked)
+        else:
+            writer.write(answer + unasked)
+        await writer.drain()
+        if not await reader.read(65536):  # the router closed this connection
+            closed.set()
+            return
+        while True:  # not closed: answer the requests that come anyway
+            await _read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok2")
+
+    return script, closed
+
+
+@pytest.mark.parametrize("later", [False, True], ids=["same-write", "while-idle"])
+@pytest.mark.parametrize("unasked", UNASKED, ids=["answer", "head", "status-line", "garbage"])
+async def test_bytes_no_request_asked_for_close_the_connection(unasked: bytes, later: bool) -> None:
+    """The answer before them stands; that connection is closed and never carries another
+    request (the next one gets its own answer on a new connection)."""
+    script, closed = _answering_then(unasked, later=later)
+    async with Server(script) as server:
+        pool = H1Pool("127.0.0.1", server.port)
+        assert (await pool.request(b"POST", b"/", [], b"1", timeout_s=5)).buffered_body() == b"ok"
+        await asyncio.wait_for(closed.wait(), 5)
+        assert (await pool.request(b"POST", b"/", [], b"2", timeout_s=5)).buffered_body() == b"ok"
+        assert server.connections == 2
+        await pool.close()
+
+
+async def test_a_listener_gets_the_answer_that_came_before_unasked_bytes() -> None:
+    """Callback-driven (``start``): the answer is told to the listener, not a failure, when
+    bytes of another answer follow it in the same read."""
+    served = 0
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal served
+        served += 1
+        first = served == 1
+        while True:
+            await _read_request(reader)
+            tail = b"" if first else UNASKED[1]
+            first = False
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" + tail)
+
+    async with Server(script) as server:
+        pool = H1Pool("127.0.0.1", server.port)
+        assert (await pool.request(b"POST", b"/", [], b"warm", timeout_s=5)).buffered_body() == b"ok"
+        listener = Listener()
+        assert pool.start(b"POST", b"/", [], b"x", timeout_s=5, listener=listener) is not None
+        told = await asyncio.wait_for(listener.told, 2)
+        assert not isinstance(told, RouterError) and told.buffered_body() == b"ok"
+        assert listener.calls == 1
+        # That connection is gone: the next exchange cannot start without connecting.
+        assert pool.start(b"POST", b"/", [], b"y", timeout_s=5, listener=Listener()) is None
+        await pool.close()

@@ -57,6 +57,63 @@ def test_request_arrives_exactly(headers: list[tuple[bytes, bytes]], path: bytes
     assert any(isinstance(e, h2.events.StreamEnded) for e in events)
 
 
+_request_st = st.tuples(
+    st.sampled_from([b"POST", b"GET", b"PUT"]),
+    st.sampled_from([b"/v1/chat/completions", b"/generate"]),
+    st.lists(st.tuples(st.sampled_from([b"content-type", b"x-a", b"user-agent"]), _value), max_size=3),
+    st.one_of(st.none(), st.integers(0, 10**12)),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_request_st, min_size=1, max_size=12), st.booleans())
+def test_requests_in_a_row_arrive_exactly(
+    requests: list[tuple[bytes, bytes, list[tuple[bytes, bytes]], int | None]], reuse_list: bool
+) -> None:
+    """Requests one after another, repeated or not, arrive exactly as sent, even when the caller
+    reuses and changes one header list between them (the codec keeps the last block)."""
+    codec, _, server = _pair()
+    shared: list[tuple[bytes, bytes]] = []
+    for method, path, fields, length in requests * 2:
+        if reuse_list:  # the same list object, changed in place
+            shared[:] = fields
+            fields = shared
+        _sid, block = codec.open_stream(method, path, b"h:1", fields, True, length)
+        events = server.receive_data(block)
+        req = next(e for e in events if isinstance(e, h2.events.RequestReceived))
+        length_field = [] if length is None else [(b"content-length", b"%d" % length)]
+        assert req.headers == [
+            (b":method", method),
+            (b":scheme", b"http"),
+            (b":authority", b"h:1"),
+            (b":path", path),
+            *fields,
+            *length_field,
+        ]
+
+
+def test_request_headers_exact_bytes() -> None:
+    """A POST's HEADERS frame: indexed :method and :scheme, literal fields without indexing with
+    static names where there is one, content-length last (RFC 7541 §6.1, §6.2.2; RFC 9113 §4.1)."""
+    codec = ClientCodec(Recorder())
+    fields = [(b"content-type", b"application/json"), (b"x-a", b"1")]
+    for sid in (1, 3):  # the second from the kept block
+        got_sid, frame = codec.open_stream(b"POST", b"/v1", b"h:1", fields, False, 12)
+        block = (
+            b"\x83"  # :method POST
+            + b"\x86"  # :scheme http
+            + b"\x01\x03h:1"  # :authority
+            + b"\x04\x03/v1"  # :path
+            + b"\x0f\x10\x10application/json"  # content-type (static 31)
+            + b"\x00\x03x-a\x011"  # x-a, new name
+            + b"\x0f\x0d\x0212"  # content-length (static 28)
+        )
+        assert got_sid == sid
+        assert frame == len(block).to_bytes(3, "big") + b"\x01\x04" + sid.to_bytes(4, "big") + block
+        body = codec.data(sid, b"x" * 12, 0, 12, True)
+        assert body == b"\x00\x00\x0c\x00\x01" + sid.to_bytes(4, "big") + b"x" * 12
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.binary(max_size=50000), st.lists(st.integers(1, 5000), max_size=30))
 def test_response_survives_any_segmentation(body: bytes, cuts: list[int]) -> None:
@@ -142,6 +199,19 @@ def test_cancel_sends_rst_stream() -> None:
     server.receive_data(block)
     events = server.receive_data(codec.reset(sid, CANCEL))
     assert any(isinstance(e, h2.events.StreamReset) and e.error_code == ErrorCodes.CANCEL for e in events)
+
+
+def test_reserved_bit_of_the_stream_id_is_ignored() -> None:
+    """A frame whose stream identifier has the reserved bit set is the stream's (RFC 9113 §4.1)."""
+    codec, rec, _ = _pair()
+    sid, _ = codec.open_stream(b"GET", b"/", b"h:1", [], True)
+    assert sid == 1
+    # HEADERS (:status 200, static index 8; END_HEADERS) and DATA "ok" (END_STREAM), each with
+    # the stream id 0x80000001.
+    codec.feed(b"\x00\x00\x01\x01\x04\x80\x00\x00\x01\x88" + b"\x00\x00\x02\x00\x01\x80\x00\x00\x01ok")
+    assert rec.headers == {1: [(b":status", b"200")]}
+    assert rec.data == {1: b"ok"}
+    assert rec.ended == {1}
 
 
 def test_garbage_is_a_protocol_error() -> None:
