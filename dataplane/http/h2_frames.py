@@ -131,6 +131,37 @@ def hpack_str(value: bytes) -> bytes:
 
 STATIC_NAMES.update({name: hpack_int(index, 4, 0) for name, index in STATIC_INDEX.items()})
 CONTENT_LENGTH_FIELD: Final = STATIC_NAMES[b"content-length"]
+_LENGTH_FIELDS: Final[dict[int, bytes]] = {}
+_LENGTH_FIELDS_MAX: Final = 1024
+
+
+def content_length_field(content_length: int) -> bytes:
+    """``content-length: N`` (literal without indexing, static name: RFC 7541 §6.2.2), cached
+    by N: requests and answers repeat a handful of lengths."""
+    field = _LENGTH_FIELDS.get(content_length)
+    if field is None:
+        digits = b"%d" % content_length
+        field = CONTENT_LENGTH_FIELD + OCTETS[len(digits)] + digits
+        if len(_LENGTH_FIELDS) >= _LENGTH_FIELDS_MAX:
+            _LENGTH_FIELDS.clear()
+        _LENGTH_FIELDS[content_length] = field
+    return field
+
+
+def same_fields(fields: list[tuple[bytes, bytes]], last: list[tuple[bytes, bytes]]) -> bool:
+    """Whether two field lists are equal, item by item: the test for reusing the header block
+    of the last message (its values are new bytes objects each time, so a table lookup would
+    hash every one of them anew; the compare alone costs less)."""
+    n = len(fields)
+    if n != len(last):
+        return False
+    for i in range(n):
+        # Compiled, a field is read as two references (no tuple: ``is`` on it would box one).
+        name, value = fields[i]
+        seen_name, seen_value = last[i]
+        if name != seen_name or value != seen_value:
+            return False
+    return True
 
 
 def encode_field(name: bytes, value: bytes) -> bytes:

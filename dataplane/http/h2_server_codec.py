@@ -73,10 +73,12 @@ from dataplane.http.h2_frames import (
     STREAM_CLOSED,
     WINDOW_UPDATE,
     H2ProtocolError,
+    content_length_field,
     frame,
     header_block,
     hpack_int,
     hpack_str,
+    same_fields,
 )
 from dataplane.http.h2_hpack import Decoder, HpackError
 
@@ -115,7 +117,6 @@ _RESPONSE_NAMES: Final[dict[bytes, bytes]] = {
         (b"www-authenticate", 61),
     )
 }
-_CONTENT_LENGTH: Final = _RESPONSE_NAMES[b"content-length"]
 # :status fully indexed where the static table has it (RFC 7541 Appendix A, 8-14).
 _STATUS_INDEXED: Final[dict[int, bytes]] = {
     200: b"\x88",
@@ -137,8 +138,6 @@ _BLOCKS: Final[dict[tuple[int, tuple[tuple[bytes, bytes], ...]], bytes]] = {}
 _BLOCKS_MAX: Final = 256
 _BLOCK_CACHED_MAX: Final = 1024  # octets
 # ``content-length: N`` fields by N (bodies of a few sizes repeat), bounded the same way.
-_LENGTHS: Final[dict[int, bytes]] = {}
-_LENGTHS_MAX: Final = 1024
 
 
 class _LastAnswer:
@@ -158,25 +157,12 @@ class _LastAnswer:
 _LAST: Final = _LastAnswer()
 
 
-def _same_fields(fields: Headers, last: Headers) -> bool:
-    n = len(fields)
-    if n != len(last):
-        return False
-    for i in range(n):
-        # Compiled, a field is read as two references (no tuple: ``is`` on it would box one).
-        name, value = fields[i]
-        seen_name, seen_value = last[i]
-        if name != seen_name or value != seen_value:
-            return False
-    return True
-
-
 def encode_response(status: int, headers: Headers, content_length: int | None) -> bytes:
     """The HPACK block of an answer (RFC 7541 §6.1, §6.2.2): ``:status``, the fields that are not
     connection-specific (RFC 9113 §8.2.2), then ``content-length`` if given. No encoder state.
     Raises ``ValueError`` for an impossible status (before anything is sent)."""
     last = _LAST
-    if status == last.status and _same_fields(headers, last.fields):
+    if status == last.status and same_fields(headers, last.fields):
         block = last.block
     else:
         key = (status, tuple(headers))
@@ -184,7 +170,7 @@ def encode_response(status: int, headers: Headers, content_length: int | None) -
         if cached is None:
             block = _encode_fields(status, headers)
             if len(block) > _BLOCK_CACHED_MAX:
-                return block if content_length is None else block + _length_field(content_length)
+                return block if content_length is None else block + content_length_field(content_length)
             if len(_BLOCKS) >= _BLOCKS_MAX:
                 _BLOCKS.clear()
             _BLOCKS[key] = block
@@ -195,19 +181,7 @@ def encode_response(status: int, headers: Headers, content_length: int | None) -
         last.block = block
     if content_length is None:
         return block
-    return block + _length_field(content_length)
-
-
-def _length_field(content_length: int) -> bytes:
-    """``content-length: N`` (literal without indexing, static name), cached by N."""
-    field = _LENGTHS.get(content_length)
-    if field is None:
-        digits = b"%d" % content_length
-        field = _CONTENT_LENGTH + OCTETS[len(digits)] + digits
-        if len(_LENGTHS) >= _LENGTHS_MAX:
-            _LENGTHS.clear()
-        _LENGTHS[content_length] = field
-    return field
+    return block + content_length_field(content_length)
 
 
 def _encode_fields(status: int, headers: Headers) -> bytes:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane.http import h2_server_codec
+from dataplane.http import h2_frames, h2_server_codec
 from dataplane.http.h2_frames import (
     COMPRESSION_ERROR,
     ENHANCE_YOUR_CALM,
@@ -475,7 +475,7 @@ def test_repeated_answer_headers_encode_the_same_and_the_cache_stays_bounded() -
         fields = decode(encode_response(200, [(b"x-request-id", b"%d" % i)], i), raw=True)
         assert fields == [(b":status", b"200"), (b"x-request-id", b"%d" % i), (b"content-length", b"%d" % i)]
     assert len(h2_server_codec._BLOCKS) <= h2_server_codec._BLOCKS_MAX
-    assert len(h2_server_codec._LENGTHS) <= h2_server_codec._LENGTHS_MAX
+    assert len(h2_frames._LENGTH_FIELDS) <= h2_frames._LENGTH_FIELDS_MAX
 
 
 _answer_field = st.tuples(

@@ -8,10 +8,7 @@ returned per stream only as the consumer reads (``consumed``). Bytes in, bytes o
 
 from __future__ import annotations
 
-from typing import Final
-
 from dataplane.http.h2_frames import (
-    CONTENT_LENGTH_FIELD,
     CONTINUATION,
     DATA,
     DEFAULT_WINDOW,
@@ -23,7 +20,6 @@ from dataplane.http.h2_frames import (
     MAX_WINDOW,
     METHOD_FIELDS,
     NO_ERROR,
-    OCTETS,
     PREFACE,
     RECV_FRAME_SIZE,
     RST_STREAM,
@@ -35,8 +31,10 @@ from dataplane.http.h2_frames import (
     STATIC_NAMES,
     WINDOW_UPDATE,
     H2ProtocolError,
+    content_length_field,
     frame,
     hpack_str,
+    same_fields,
 )
 from dataplane.router.body import RequestBody, body_window
 
@@ -51,22 +49,6 @@ def _data_header(size: int, flags: int) -> bytes:
 def _frame_head(size: int, kind: int, flags: int, sid: bytes) -> bytes:
     """A frame header (RFC 9113 §4.1): length, type, flags, then ``sid`` (4 octets)."""
     return ((size << 16) | (kind << 8) | flags).to_bytes(5, "big") + sid
-
-
-_LENGTHS_MAX: Final = 1024
-
-
-def _same_fields(fields: list[tuple[bytes, bytes]], last: list[tuple[bytes, bytes]]) -> bool:
-    n = len(fields)
-    if n != len(last):
-        return False
-    for i in range(n):
-        # Compiled, a field is read as two references (no tuple: ``is`` on it would box one).
-        name, value = fields[i]
-        seen_name, seen_value = last[i]
-        if name != seen_name or value != seen_value:
-            return False
-    return True
 
 
 class _Windows:
@@ -103,7 +85,6 @@ class CodecOutput:
         self._last_request: tuple[bytes, bytes, bytes] = (b"", b"", b"")  # method, path, authority
         self._last_fields: list[tuple[bytes, bytes]] = []
         self._last_block = b""
-        self._lengths: dict[int, bytes] = {}  # content-length fields by value
 
     def preface(self) -> bytes:
         """Connection preface + SETTINGS + opening the connection window to the maximum."""
@@ -146,7 +127,7 @@ class CodecOutput:
             method == last_method
             and path == last_path
             and authority == last_authority
-            and _same_fields(headers, self._last_fields)
+            and same_fields(headers, self._last_fields)
         ):
             block = self._last_block
         else:
@@ -155,7 +136,7 @@ class CodecOutput:
             self._last_fields = list(headers)  # a copy: the caller may reuse its list
             self._last_block = block
         if content_length is not None:
-            block += self._length_field(content_length)
+            block += content_length_field(content_length)
         self._windows[sid] = _Windows(self.peer_initial_window, self.stream_window)
         flags = END_STREAM if end_stream else 0
         limit = self.peer_max_frame
@@ -188,18 +169,6 @@ class CodecOutput:
                 prefix + hpack_str(value) if prefix else b"\x00" + hpack_str(name) + hpack_str(value)
             )
         return b"".join(parts)
-
-    def _length_field(self, content_length: int) -> bytes:
-        """``content-length: N`` (literal without indexing, static name), cached by N."""
-        lengths = self._lengths
-        field = lengths.get(content_length)
-        if field is None:
-            digits = b"%d" % content_length
-            field = CONTENT_LENGTH_FIELD + OCTETS[len(digits)] + digits
-            if len(lengths) >= _LENGTHS_MAX:
-                lengths.clear()
-            lengths[content_length] = field
-        return field
 
     def sendable(self, stream_id: int) -> int:
         """Body bytes this stream may send now (min of its window and the connection's)."""
