@@ -163,9 +163,8 @@ class Http2Output(StreamHost):
         n = len(streams)
         if n == 0 or (n == 1 and resp._sid in streams):
             self._flush()
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
+        else:
+            self.schedule_flush()
 
     def _flush(self) -> None:
         self._flush_scheduled = False

@@ -130,21 +130,7 @@ class H2Responder(Responder):
         conn.flush_for(self)
 
     def start(self, status: int, headers: Headers) -> None:
-        if self._state:
-            raise RuntimeError("the answer has already started")
-        conn = self._conn
-        if self._disc or conn.lost:
-            self._state = STREAMING
-            return
-        block = encode_response(status, headers, None)
-        self._state = STREAMING
-        if not body_allowed(status):
-            self._head = True  # nothing may follow the headers; end() closes the stream
-        try:
-            conn.codec.send_headers(self._sid, block, False)
-        except StreamClosed:
-            conn.on_reset(self._sid)
-        conn.flush_for(self)
+        self.start_sending(status, headers, b"")
 
     async def write(self, chunk: bytes) -> None:
         if self._state != STREAMING:
