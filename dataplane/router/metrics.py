@@ -38,7 +38,7 @@ from dataplane.http import Responder
 from dataplane.router.access_log import AccessLog
 from dataplane.router.admission import Admission
 from dataplane.router.clients import ClientKeys
-from dataplane.router.fleet.workers import UpstreamOutcomes, Worker
+from dataplane.router.fleet.workers import UpstreamOutcomes
 from dataplane.router.state import RouterState
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
@@ -270,10 +270,6 @@ class RouterMetrics:
     def upstream_outcome(self, url: str, protocol: str, outcome: str) -> None:
         """Count one exchange with the worker at ``url`` (its ``Worker`` or not) under ``outcome``."""
         count_outcome(self.state.outcomes_of(url, protocol), outcome)
-
-    def worker_outcome(self, worker: Worker, outcome: str) -> None:
-        """Count one exchange with ``worker`` under ``outcome``."""
-        count_outcome(worker.outcomes, outcome)
 
     @property
     def upstream(self) -> dict[tuple[str, str, str], int]:

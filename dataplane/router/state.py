@@ -141,7 +141,7 @@ class RouterState:
         answers are done; call from the event loop.
         """
         self.workers, removed = reconcile(
-            self.workers, specs, pool_factory or self.pool_factory, self.upstream_outcomes
+            self.workers, specs, pool_factory or self.pool_factory, self.outcomes_of
         )
         for worker in removed:
             task = asyncio.get_running_loop().create_task(_close_when_idle(worker))

@@ -274,13 +274,13 @@ def reconcile(
     current: WorkerSet,
     specs: Sequence[WorkerSpecLike],
     pool_factory: Callable[[WorkerSpec], UpstreamPool] = make_pool,
-    outcomes: dict[tuple[str, str], UpstreamOutcomes] | None = None,
+    outcomes_of: Callable[[str, str], UpstreamOutcomes] | None = None,
 ) -> tuple[WorkerSet, list[Worker]]:
     """The new set for ``specs`` and the workers that left it (their pools must be closed).
 
     A worker whose URL, protocol and models are unchanged keeps its live object (pool, in-flight
-    count, health); anything else gets a fresh one. ``outcomes``: the counts by (URL, protocol)
-    kept for the router's lifetime; a fresh worker gets its pair's (created there if new).
+    count, health); anything else gets a fresh one, with the counts ``outcomes_of`` keeps for its
+    (URL, protocol) over the router's lifetime (``RouterState.outcomes_of``).
     """
     kept: list[Worker] = []
     for given in specs:
@@ -289,11 +289,7 @@ def reconcile(
         if old is not None and old.spec == spec:
             kept.append(old)
             continue
-        counts = None
-        if outcomes is not None:
-            counts = outcomes.get((spec.url, spec.protocol))
-            if counts is None:
-                counts = outcomes[(spec.url, spec.protocol)] = UpstreamOutcomes()
+        counts = outcomes_of(spec.url, spec.protocol) if outcomes_of is not None else None
         kept.append(Worker(spec, pool_factory(spec), counts))
     survivors = {id(w) for w in kept}
     removed = [w for w in current.workers if id(w) not in survivors]

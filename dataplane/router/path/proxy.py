@@ -164,9 +164,6 @@ class Proxy(Forwarder):
                 except RouterError as err:
                     status = responder.answer_error(err, _NONE)
                 else:
-                    headers = forwarded_headers(request, False)
-                    if self._strip:
-                        headers = without_credentials(headers)
                     return self._send(
                         stats,
                         started,
@@ -174,7 +171,7 @@ class Proxy(Forwarder):
                         responder,
                         forward_to,
                         request.body,
-                        headers,
+                        self._forwarded(request, False),
                         group,
                         _NONE,
                         False,
@@ -251,9 +248,7 @@ class Proxy(Forwarder):
         dialect = route.dialect
         assert dialect is not None
         try:
-            headers = forwarded_headers(request, True)
-            if self._strip:
-                headers = without_credentials(headers)
+            headers = self._forwarded(request, True)
             if dialect.form:
                 probe: Probe = probe_form(request.body, request.header(b"content-type"), dialect)
             else:
@@ -304,6 +299,12 @@ class Proxy(Forwarder):
             probe.stream is True,
             work,
         )
+
+    def _forwarded(self, request: Request, judged: bool) -> Headers:
+        """The request's headers as a worker gets them (``forwarded_headers``), without the
+        client's own credentials when the router checks or sends its own."""
+        headers = forwarded_headers(request, judged)
+        return without_credentials(headers) if self._strip else headers
 
     def _group(self, model: str | None) -> tuple[str, tuple[Worker, ...]]:
         workers = self._state.workers

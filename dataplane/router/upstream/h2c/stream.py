@@ -236,9 +236,7 @@ class H2Stream(StreamedResponse):
         """The whole body if it has fully arrived (the one-write fast path), else ``None``."""
         if not self._eof or self._error is not None:
             return None
-        buf = self._buf
-        data = b"" if not buf else buf[0] if len(buf) == 1 else b"".join(buf)
-        buf.clear()
+        data = self._take()
         self._flush_credit()
         return data
 
@@ -250,13 +248,9 @@ class H2Stream(StreamedResponse):
 
     async def __anext__(self) -> bytes:
         while True:
-            buf = self._buf
-            if buf:
+            if self._buf:
                 # Coalesce what arrived meanwhile: fewer writes to the client, same bytes.
-                data = buf[0] if len(buf) == 1 else b"".join(buf)
-                buf.clear()
-                self._flush_credit()
-                return data
+                return self.arrived()
             if self._error is not None:
                 raise self._error
             if self._eof:
@@ -277,11 +271,9 @@ class H2Stream(StreamedResponse):
 
     # -- relayed by callbacks (``StreamedResponse``) --------------------------------------------
     def arrived(self) -> bytes:
-        buf = self._buf
-        if not buf:
+        if not self._buf:
             return b""
-        data = buf[0] if len(buf) == 1 else b"".join(buf)
-        buf.clear()
+        data = self._take()
         self._flush_credit()
         return data
 
@@ -314,9 +306,7 @@ class H2Stream(StreamedResponse):
         done = self._eof or self._error is not None
         if self._paused and not done:
             return  # held here, credit withheld: the worker stops at the window's end
-        buf = self._buf
-        chunk = b"" if not buf else buf[0] if len(buf) == 1 else b"".join(buf)
-        buf.clear()
+        chunk = self._take()
         if not done:
             if chunk:
                 self._flush_credit()
@@ -330,6 +320,15 @@ class H2Stream(StreamedResponse):
         if chunk:
             sink.on_body(chunk)
         sink.on_error(error)
+
+    def _take(self) -> bytes:
+        """The body bytes buffered, in one piece, out of the buffer (their credit not returned)."""
+        buf = self._buf
+        if not buf:
+            return b""
+        data = buf[0] if len(buf) == 1 else b"".join(buf)
+        buf.clear()
+        return data
 
     # -- fed by the connection ------------------------------------------------------------------
 
