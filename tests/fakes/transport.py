@@ -7,19 +7,23 @@ from typing import Any
 
 
 class RecordingTransport(asyncio.Transport):
-    """Collects what the server writes; remembers whether it closed."""
+    """Collects what the server writes (``out``; ``writes``: each write apart, how many writes
+    an answer took); remembers whether it closed."""
 
     def __init__(self) -> None:
         super().__init__()
         self.out = bytearray()
+        self.writes: list[bytes] = []
         self.closed = False
 
     def write(self, data: Any) -> None:
         self.out += data
+        self.writes.append(bytes(data))
 
     def writelines(self, lines: Any) -> None:
-        for line in lines:
-            self.out += line
+        joined = b"".join(lines)
+        self.out += joined
+        self.writes.append(joined)
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return default

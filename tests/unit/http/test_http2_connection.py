@@ -18,18 +18,6 @@ REQUEST = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"t"), 
 END_STREAM, END_HEADERS = 0x1, 0x4
 
 
-class Writes(RecordingTransport):
-    """Keeps each write apart (how many writes an answer took)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[bytes] = []
-
-    def write(self, data: Any) -> None:
-        super().write(data)
-        self.writes.append(bytes(data))
-
-
 def _headers(sid: int, end_stream: bool) -> bytes:
     return frame(
         HEADERS, END_HEADERS | (END_STREAM if end_stream else 0), sid, hpack.Encoder().encode(REQUEST)
@@ -50,19 +38,17 @@ def _statuses(data: bytes) -> dict[int, int]:
     return found
 
 
-def _connection(handler: Any, **limits: Any) -> tuple[Http2Connection, Writes]:
+def _connection(handler: Any, **limits: Any) -> tuple[Http2Connection, RecordingTransport]:
     conn = Http2Connection(ServerContext(handler, ServerLimits(**limits), asyncio.get_running_loop()))
-    transport = Writes()
+    transport = RecordingTransport()
     conn.connection_made(transport)
     conn.data_received(PREFACE + frame(SETTINGS, 0, 0))
     transport.writes.clear()
     return conn, transport
 
 
-async def test_a_later_answer_leaves_at_once_unless_another_stream_is_open() -> None:
-    """An answer given outside ``data_received`` is written at once while no other stream is
-    open; with others open it waits for the loop turn, and the answers given meanwhile share
-    one write."""
+def _holding() -> tuple[Http2Connection, RecordingTransport, list[Responder]]:
+    """A connection whose handler answers nothing itself: the test answers through ``held``."""
     held: list[Responder] = []
 
     def hold(request: Request, responder: Responder) -> Deferred:
@@ -70,6 +56,14 @@ async def test_a_later_answer_leaves_at_once_unless_another_stream_is_open() -> 
         return DEFERRED
 
     conn, transport = _connection(hold)
+    return conn, transport, held
+
+
+async def test_a_later_answer_leaves_at_once_unless_another_stream_is_open() -> None:
+    """An answer given outside ``data_received`` is written at once while no other stream is
+    open; with others open it waits for the loop turn, and the answers given meanwhile share
+    one write."""
+    conn, transport, held = _holding()
     conn.data_received(_headers(1, True))
     held[0].respond(200, [], b"one")
     assert len(transport.writes) == 1 and _statuses(transport.writes[0]) == {1: 200}
@@ -86,13 +80,7 @@ async def test_a_later_answer_leaves_at_once_unless_another_stream_is_open() -> 
 
 async def test_a_streamed_answer_is_written_per_chunk_while_its_stream_is_alone() -> None:
     """start/write/end on the only open stream: each part is written when given."""
-    held: list[Responder] = []
-
-    def hold(request: Request, responder: Responder) -> Deferred:
-        held.append(responder)
-        return DEFERRED
-
-    conn, transport = _connection(hold)
+    conn, transport, held = _holding()
     conn.data_received(_headers(1, True))
     held[0].start(200, [])
     assert len(transport.writes) == 1

@@ -32,24 +32,12 @@ SSE = [(b"content-type", b"text/event-stream")]
 END_STREAM, END_HEADERS = 0x1, 0x4
 
 
-class Writes(RecordingTransport):
-    """Keeps each write apart."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[bytes] = []
-
-    def write(self, data: Any) -> None:
-        super().write(data)
-        self.writes.append(bytes(data))
-
-
 def _request(sid: int, method: bytes = b"POST") -> bytes:
     fields = [(b":method", method), (b":scheme", b"http"), (b":authority", b"t"), (b":path", b"/s")]
     return frame(HEADERS, END_HEADERS | END_STREAM, sid, hpack.Encoder().encode(fields))
 
 
-def _serve(window: int = 65535, **limits: Any) -> tuple[Http2Connection, Writes, list[Responder]]:
+def _serve(window: int = 65535, **limits: Any) -> tuple[Http2Connection, RecordingTransport, list[Responder]]:
     held: list[Responder] = []
 
     def hold(request: Request, responder: Responder) -> Deferred:
@@ -57,7 +45,7 @@ def _serve(window: int = 65535, **limits: Any) -> tuple[Http2Connection, Writes,
         return DEFERRED
 
     conn = Http2Connection(ServerContext(hold, ServerLimits(**limits), asyncio.get_running_loop()))
-    transport = Writes()
+    transport = RecordingTransport()
     conn.connection_made(transport)
     settings = S_INITIAL_WINDOW_SIZE.to_bytes(2, "big") + window.to_bytes(4, "big")
     conn.data_received(PREFACE + frame(SETTINGS, 0, 0, settings))

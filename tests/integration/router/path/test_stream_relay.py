@@ -11,146 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 
 import pytest
 
-from dataplane.http import HttpServer, ServerLimits, start_server
-from dataplane.router.app import Router
-from dataplane.router.fleet.workers import WorkerSpec
-from dataplane.router.settings import build_parser, settings_from_args
+from tests.fakes.polling import until
+from tests.fakes.relay_case import Http1Case, chunk, post, read_chunked
 
-MODEL = "m"
 SSE = b"text/event-stream"
 NDJSON = b"application/x-ndjson"
-Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-def _post(stream: bool, warm_up: bool = False) -> bytes:
-    fields = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": stream}
-    body = json.dumps({**fields, "max_tokens": 1} if warm_up else fields)
-    return (
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: r\r\ncontent-type: application/json\r\n"
-        b"content-length: %d\r\n\r\n%s" % (len(body), body.encode())
-    )
-
-
-def _chunk(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
-
-
-async def _read_request(reader: asyncio.StreamReader) -> bytes:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = next(
-        int(h.split(b":")[1]) for h in head.lower().split(b"\r\n") if h.startswith(b"content-length:")
-    )
-    return await reader.readexactly(length)
-
-
-async def _answer_small(writer: asyncio.StreamWriter) -> None:
-    body = b'{"object":"chat.completion"}'
-    writer.write(
-        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-        % (len(body), body)
-    )
-    await writer.drain()
 
 
 def _stream_head(content_type: bytes) -> bytes:
     return b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ntransfer-encoding: chunked\r\n\r\n" % content_type
-
-
-class Case:
-    """The router in process, its front door, the scripted worker; ``streamed`` runs on the
-    worker's connection for every streamed request (after the warm-up's small answer)."""
-
-    def __init__(self, streamed: Script, *flags: str, limits: ServerLimits | None = None) -> None:
-        self.streamed = streamed
-        self.flags = flags
-        self.limits = limits
-        self.worker_conn_closed = asyncio.Event()  # the router closed its connection to the worker
-        self.router: Router | None = None
-        self.front: HttpServer | None = None
-        self.worker: asyncio.Server | None = None
-
-    async def __aenter__(self) -> Case:
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                while True:
-                    body = await _read_request(reader)
-                    if json.loads(body).get("max_tokens") == 1:  # the warm-up
-                        await _answer_small(writer)
-                    else:
-                        await self.streamed(reader, writer)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                self.worker_conn_closed.set()
-            except asyncio.CancelledError:
-                pass  # the test's loop closing: the script's own end
-            finally:
-                writer.close()
-
-        self.worker = await asyncio.start_server(handle, "127.0.0.1", 0)
-        url = f"http://127.0.0.1:{self.worker.sockets[0].getsockname()[1]}"
-        args = ["--listen", "127.0.0.1:0", "--worker", url, *self.flags]
-        self.router = Router(settings_from_args(build_parser().parse_args(args)))
-        self.router.state.apply_workers([WorkerSpec(url, "http1", (MODEL,))])
-        self.front = await start_server(self.router.proxy.handle, "127.0.0.1", 0, limits=self.limits)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self.router is not None and self.front is not None and self.worker is not None
-        await self.front.drain(0.1)
-        for worker in self.router.state.workers.workers:
-            await worker.pool.close()
-        self.worker.close()
-
-    async def client(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A client connection whose warm-up request left an idle connection to the worker."""
-        assert self.front is not None
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.front.port)
-        writer.write(_post(stream=False, warm_up=True))
-        head = await reader.readuntil(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 200")
-        length = next(int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.startswith(b"content-length:"))
-        await reader.readexactly(length)
-        return reader, writer
-
-    def counts(self) -> tuple[int, int, dict[int, int], dict[str, int]]:
-        """Slots in use, the worker's in-flight count, the route's statuses, the upstream outcomes."""
-        assert self.router is not None
-        metrics = self.router.metrics
-        stats = metrics.route("/v1/chat/completions")
-        outcomes = {key[2]: n for key, n in metrics.upstream.items()}
-        return (
-            self.router.admission.in_use,
-            self.router.state.workers.workers[0].inflight,
-            dict(stats.by_status),
-            outcomes,
-        )
-
-
-async def _read_chunked(reader: asyncio.StreamReader) -> tuple[bytes, bool]:
-    """The answer's head and de-chunked body, and whether the body ended with its last chunk
-    (False: the connection closed before it)."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200"), head
-    assert b"transfer-encoding: chunked" in head.lower()
-    body = b""
-    try:
-        while True:
-            size = int((await reader.readuntil(b"\r\n"))[:-2], 16)
-            if size == 0:
-                await reader.readuntil(b"\r\n")
-                return body, True
-            body += (await reader.readexactly(size + 2))[:-2]
-    except (asyncio.IncompleteReadError, ConnectionError):
-        return body, False
-
-
-async def _until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not check():  # noqa: ASYNC110 (polls the router's counts)
-            await asyncio.sleep(0.01)
 
 
 EVENT = b"data: " + b"x" * (64 * 1024 - 8) + b"\n\n"  # 64 KiB per event
@@ -168,16 +40,16 @@ async def test_a_slow_client_holds_the_worker_back_and_then_gets_everything() ->
         nonlocal written
         writer.write(_stream_head(SSE))
         for i in range(EVENTS):
-            writer.write(_chunk(b"id: %04d\n" % i + EVENT))
+            writer.write(chunk(b"id: %04d\n" % i + EVENT))
             await writer.drain()
             written += 1
-        writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         await writer.drain()
         finished.set()
 
-    async with Case(streamed, "--upstream-idle-timeout-s", "0.3") as case:
+    async with Http1Case(streamed, "--upstream-idle-timeout-s", "0.3") as case:
         reader, writer = await case.client()
-        writer.write(_post(stream=True))
+        writer.write(post(stream=True))
         await asyncio.sleep(1.0)  # the client reads nothing: > 3 idle deadlines
         stalled_at = written
         assert stalled_at < EVENTS // 2, (
@@ -185,14 +57,14 @@ async def test_a_slow_client_holds_the_worker_back_and_then_gets_everything() ->
         )
         await asyncio.sleep(0.3)
         assert written - stalled_at <= 2  # held, not trickling on
-        body, complete = await _read_chunked(reader)
+        body, complete = await read_chunked(reader)
         assert complete
         events = body.split(b"\n\n")
         ids = [int(e[4:8]) for e in events if e.startswith(b"id: ")]
         assert ids == list(range(EVENTS))
         assert body.endswith(b"data: [DONE]\n\n")
         await asyncio.wait_for(finished.wait(), 5)
-        await _until(lambda: case.counts()[:3] == (0, 0, {200: 2}))
+        await until(lambda: case.counts()[:3] == (0, 0, {200: 2}))
         assert case.counts()[3] == {"ok": 2}
         assert not case.worker_conn_closed.is_set()  # the connection went back to the pool
         writer.close()
@@ -205,23 +77,23 @@ async def test_a_client_leaving_mid_stream_closes_the_worker_connection_and_free
     first_sent = asyncio.Event()
 
     async def streamed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(_stream_head(SSE) + _chunk(b"data: 1\n\n"))
+        writer.write(_stream_head(SSE) + chunk(b"data: 1\n\n"))
         await writer.drain()
         first_sent.set()
         for i in range(600):  # 60 s of events unless the router hangs up
             await asyncio.sleep(0.1)
-            writer.write(_chunk(b"data: %d\n\n" % i))
+            writer.write(chunk(b"data: %d\n\n" % i))
             await writer.drain()
 
-    async with Case(streamed, "--max-concurrency", "1", "--queue-size", "0") as case:
+    async with Http1Case(streamed, "--max-concurrency", "1", "--queue-size", "0") as case:
         reader, writer = await case.client()
-        writer.write(_post(stream=True))
+        writer.write(post(stream=True))
         head = await reader.readuntil(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200")
         assert b"data: 1" in await reader.readuntil(b"data: 1\n\n")
         writer.close()
         await asyncio.wait_for(case.worker_conn_closed.wait(), 5)
-        await _until(lambda: case.counts()[:3] == (0, 0, {200: 1, 499: 1}))
+        await until(lambda: case.counts()[:3] == (0, 0, {200: 1, 499: 1}))
         assert case.counts()[3] == {"ok": 1, "client_gone": 1}
         # The one slot is free: another client is answered, not refused with 429.
         _, other = await case.client()
@@ -238,18 +110,18 @@ async def test_a_worker_dying_mid_stream_is_never_passed_off_as_a_complete_answe
 
     async def streamed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         line = b"data: 1\n\n" if content_type == SSE else b'{"n":1}\n'
-        writer.write(_stream_head(content_type) + _chunk(line))
+        writer.write(_stream_head(content_type) + chunk(line))
         await writer.drain()
         await asyncio.sleep(0.1)
-        writer.write(_chunk(line))
+        writer.write(chunk(line))
         await writer.drain()
         await asyncio.sleep(0.1)
         writer.transport.abort()
 
-    async with Case(streamed) as case:
+    async with Http1Case(streamed) as case:
         reader, writer = await case.client()
-        writer.write(_post(stream=content_type == SSE))
-        body, complete = await asyncio.wait_for(_read_chunked(reader), 5)
+        writer.write(post(stream=content_type == SSE))
+        body, complete = await asyncio.wait_for(read_chunked(reader), 5)
         if content_type == SSE:
             assert complete
             events = body.strip().split(b"\n\n")
@@ -260,7 +132,7 @@ async def test_a_worker_dying_mid_stream_is_never_passed_off_as_a_complete_answe
         else:
             assert not complete
             assert body == b'{"n":1}\n{"n":1}\n'
-        await _until(lambda: case.counts()[:3] == (0, 0, {200: 1, 502: 1}))
+        await until(lambda: case.counts()[:3] == (0, 0, {200: 1, 502: 1}))
         assert case.counts()[3] == {"ok": 1, "body_incomplete": 1}
         writer.close()
 
@@ -276,27 +148,27 @@ async def test_a_streamed_answer_behind_a_pipelined_one_waits_its_turn() -> None
         nonlocal served
         n = served
         served += 1
-        writer.write(_stream_head(SSE) + _chunk(b"data: %d-first\n\n" % n))
+        writer.write(_stream_head(SSE) + chunk(b"data: %d-first\n\n" % n))
         await writer.drain()
         await gates[n].wait()
-        writer.write(_chunk(b"data: %d-last\n\n" % n) + b"0\r\n\r\n")
+        writer.write(chunk(b"data: %d-last\n\n" % n) + b"0\r\n\r\n")
         await writer.drain()
 
-    async with Case(streamed) as case:
+    async with Http1Case(streamed) as case:
         # Two idle connections to the worker: two clients warm up at once.
         (reader, writer), (_, spare) = await asyncio.gather(case.client(), case.client())
         spare.close()
-        await _until(lambda: case.counts()[2] == {200: 2})
-        writer.write(_post(stream=True) + _post(stream=True))
-        await _until(lambda: served == 2)
+        await until(lambda: case.counts()[2] == {200: 2})
+        writer.write(post(stream=True) + post(stream=True))
+        await until(lambda: served == 2)
         gates[1].set()  # the second answer is complete upstream before the first
         await asyncio.sleep(0.2)
         gates[0].set()
-        first, first_complete = await asyncio.wait_for(_read_chunked(reader), 5)
-        second, second_complete = await asyncio.wait_for(_read_chunked(reader), 5)
+        first, first_complete = await asyncio.wait_for(read_chunked(reader), 5)
+        second, second_complete = await asyncio.wait_for(read_chunked(reader), 5)
         assert (first, second) == (b"data: 0-first\n\ndata: 0-last\n\n", b"data: 1-first\n\ndata: 1-last\n\n")
         assert first_complete and second_complete
-        await _until(lambda: case.counts()[:3] == (0, 0, {200: 4}))
+        await until(lambda: case.counts()[:3] == (0, 0, {200: 4}))
         writer.close()
 
 
@@ -306,27 +178,27 @@ async def test_the_stream_is_counted_to_its_end_and_reaches_an_http10_client_who
     stream's end, not to its head."""
 
     async def streamed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(_stream_head(SSE) + _chunk(b"data: 0\n\n"))
+        writer.write(_stream_head(SSE) + chunk(b"data: 0\n\n"))
         await writer.drain()
         for i in (1, 2):
             await asyncio.sleep(0.15)
-            writer.write(_chunk(b"data: %d\n\n" % i))
+            writer.write(chunk(b"data: %d\n\n" % i))
             await writer.drain()
-        writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         await writer.drain()
 
-    async with Case(streamed) as case:
+    async with Http1Case(streamed) as case:
         reader, writer = await case.client()  # (HTTP/1.1 warm-up, then a new HTTP/1.0 client)
         writer.close()
         assert case.front is not None
         reader, writer = await asyncio.open_connection("127.0.0.1", case.front.port)
-        writer.write(_post(stream=True).replace(b"HTTP/1.1", b"HTTP/1.0", 1))
+        writer.write(post(stream=True).replace(b"HTTP/1.1", b"HTTP/1.0", 1))
         raw = await asyncio.wait_for(reader.read(), 5)  # to the end of the connection
         head, body = raw.split(b"\r\n\r\n", 1)
         assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding" not in head.lower()
         assert body == b"data: 0\n\ndata: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
         assert case.router is not None
         stats = case.router.metrics.route("/v1/chat/completions")
-        await _until(lambda: stats.count == 2)
+        await until(lambda: stats.count == 2)
         assert stats.sum_s >= 0.3  # the warm-up's few ms and the stream's 0.3 s
         writer.close()

@@ -22,12 +22,9 @@ import h2.events
 import pytest
 from h2.errors import ErrorCodes
 
-from dataplane.http import HttpServer, start_server
-from dataplane.router.app import Router
-from dataplane.router.fleet.workers import WorkerSpec
-from dataplane.router.settings import build_parser, settings_from_args
+from tests.fakes.polling import until
+from tests.fakes.relay_case import SMALL_ANSWER, RelayCase, post, read_chunked
 
-MODEL = "m"
 SSE = b"text/event-stream"
 NDJSON = b"application/x-ndjson"
 EVENT = b"data: " + b"x" * (64 * 1024 - 8) + b"\n\n"  # 64 KiB per event
@@ -84,7 +81,7 @@ class Worker(asyncio.Protocol):
     async def answer(self, sid: int) -> None:
         if json.loads(self.bodies[sid]).get("max_tokens") == 1:  # the warm-up
             self.h2.send_headers(sid, [(b":status", b"200"), (b"content-type", b"application/json")])
-            self.h2.send_data(sid, b'{"object":"chat.completion"}', end_stream=True)
+            self.h2.send_data(sid, SMALL_ANSWER, end_stream=True)
             self.flush()
             return
         await self.case.streamed(self, sid)
@@ -116,92 +113,17 @@ class Worker(asyncio.Protocol):
 Script = Callable[[Worker, int], Awaitable[None]]
 
 
-def _post(stream: bool, warm_up: bool = False) -> bytes:
-    fields = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": stream}
-    body = json.dumps({**fields, "max_tokens": 1} if warm_up else fields)
-    return (
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: r\r\ncontent-type: application/json\r\n"
-        b"content-length: %d\r\n\r\n%s" % (len(body), body.encode())
-    )
-
-
-class Case:
-    """The router in process, its front door, the scripted h2c worker."""
+class Case(RelayCase):
+    """The router and the scripted h2c worker; ``streamed`` answers each streamed request."""
 
     def __init__(self, streamed: Script, *flags: str) -> None:
+        super().__init__(*flags)
         self.streamed = streamed
-        self.flags = flags
         self.resets: list[tuple[int, int]] = []  # RST_STREAMs the worker received
-        self.worker_conn_closed = asyncio.Event()
-        self.router: Router | None = None
-        self.front: HttpServer | None = None
-        self.worker: asyncio.Server | None = None
 
-    async def __aenter__(self) -> Case:
-        loop = asyncio.get_running_loop()
-        self.worker = await loop.create_server(lambda: Worker(self), "127.0.0.1", 0)
-        url = f"h2c://127.0.0.1:{self.worker.sockets[0].getsockname()[1]}"
-        args = ["--listen", "127.0.0.1:0", "--worker", url, *self.flags]
-        self.router = Router(settings_from_args(build_parser().parse_args(args)))
-        self.router.state.apply_workers([WorkerSpec(url, "h2c", (MODEL,))])
-        self.front = await start_server(self.router.proxy.handle, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self.router is not None and self.front is not None and self.worker is not None
-        await self.front.drain(0.1)
-        for worker in self.router.state.workers.workers:
-            await worker.pool.close()
-        self.worker.close()
-
-    async def client(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A client connection whose warm-up request left the router a connection to the worker
-        that the worker has spoken on."""
-        assert self.front is not None
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.front.port)
-        writer.write(_post(stream=False, warm_up=True))
-        head = await reader.readuntil(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 200"), head
-        length = next(int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.startswith(b"content-length:"))
-        await reader.readexactly(length)
-        return reader, writer
-
-    def counts(self) -> tuple[int, int, dict[int, int], dict[str, int]]:
-        """Slots in use, the worker's in-flight count, the route's statuses, the upstream outcomes."""
-        assert self.router is not None
-        metrics = self.router.metrics
-        stats = metrics.route("/v1/chat/completions")
-        outcomes = {key[2]: n for key, n in metrics.upstream.items()}
-        return (
-            self.router.admission.in_use,
-            self.router.state.workers.workers[0].inflight,
-            dict(stats.by_status),
-            outcomes,
-        )
-
-
-async def _read_chunked(reader: asyncio.StreamReader) -> tuple[bytes, bool]:
-    """The answer's de-chunked body, and whether it ended with its last chunk (False: the
-    connection closed before it)."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200"), head
-    assert b"transfer-encoding: chunked" in head.lower()
-    body = b""
-    try:
-        while True:
-            size = int((await reader.readuntil(b"\r\n"))[:-2], 16)
-            if size == 0:
-                await reader.readuntil(b"\r\n")
-                return body, True
-            body += (await reader.readexactly(size + 2))[:-2]
-    except (asyncio.IncompleteReadError, ConnectionError):
-        return body, False
-
-
-async def _until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not check():  # noqa: ASYNC110 (polls the router's counts)
-            await asyncio.sleep(0.01)
+    async def serve_worker(self) -> tuple[asyncio.Server, str, str]:
+        server = await asyncio.get_running_loop().create_server(lambda: Worker(self), "127.0.0.1", 0)
+        return server, f"h2c://127.0.0.1:{server.sockets[0].getsockname()[1]}", "h2c"
 
 
 async def test_a_slow_client_holds_the_h2c_worker_back_and_then_gets_everything() -> None:
@@ -223,7 +145,7 @@ async def test_a_slow_client_holds_the_h2c_worker_back_and_then_gets_everything(
 
     async with Case(streamed, "--upstream-idle-timeout-s", "0.3") as case:
         reader, writer = await case.client()
-        writer.write(_post(stream=True))
+        writer.write(post(stream=True))
         await asyncio.sleep(1.0)  # the client reads nothing: > 3 idle deadlines
         stalled_at = written
         assert stalled_at < EVENTS // 2, (
@@ -231,13 +153,13 @@ async def test_a_slow_client_holds_the_h2c_worker_back_and_then_gets_everything(
         )
         await asyncio.sleep(0.3)
         assert written - stalled_at <= 2  # held, not trickling on
-        body, complete = await _read_chunked(reader)
+        body, complete = await read_chunked(reader)
         assert complete
         ids = [int(e[4:8]) for e in body.split(b"\n\n") if e.startswith(b"id: ")]
         assert ids == list(range(EVENTS))
         assert body.endswith(b"data: [DONE]\n\n")
         await asyncio.wait_for(finished.wait(), 5)
-        await _until(lambda: case.counts()[:3] == (0, 0, {200: 2}))
+        await until(lambda: case.counts()[:3] == (0, 0, {200: 2}))
         assert case.counts()[3] == {"ok": 2}
         assert case.resets == []
         assert not case.worker_conn_closed.is_set()
@@ -260,14 +182,14 @@ async def test_a_client_leaving_mid_stream_resets_the_stream_and_frees_everythin
 
     async with Case(streamed, "--max-concurrency", "1", "--queue-size", "0") as case:
         reader, writer = await case.client()
-        writer.write(_post(stream=True))
+        writer.write(post(stream=True))
         head = await reader.readuntil(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200")
         await reader.readuntil(b"data: 1\n\n")
         writer.close()
-        await _until(lambda: bool(case.resets))
+        await until(lambda: bool(case.resets))
         assert case.resets == [(3, ErrorCodes.CANCEL)]  # stream 1 was the warm-up
-        await _until(lambda: case.counts()[:3] == (0, 0, {200: 1, 499: 1}))
+        await until(lambda: case.counts()[:3] == (0, 0, {200: 1, 499: 1}))
         assert case.counts()[3] == {"ok": 1, "client_gone": 1}
         _, other = await case.client()  # the one slot is free: answered, not refused with 429
         other.close()
@@ -305,8 +227,8 @@ async def test_a_worker_failing_mid_stream_is_never_passed_off_as_a_complete_ans
 
     async with Case(streamed) as case:
         reader, writer = await case.client()
-        writer.write(_post(stream=content_type == SSE))
-        body, complete = await asyncio.wait_for(_read_chunked(reader), 5)
+        writer.write(post(stream=content_type == SSE))
+        body, complete = await asyncio.wait_for(read_chunked(reader), 5)
         if content_type == SSE:
             assert complete
             events = body.strip().split(b"\n\n")
@@ -318,6 +240,6 @@ async def test_a_worker_failing_mid_stream_is_never_passed_off_as_a_complete_ans
         else:
             assert not complete
             assert body == b'{"n":1}\n{"n":1}\n'
-        await _until(lambda: case.counts()[:3] == (0, 0, {200: 1, 502: 1}))
+        await until(lambda: case.counts()[:3] == (0, 0, {200: 1, 502: 1}))
         assert case.counts()[3] == {"ok": 1, "body_incomplete": 1}
         writer.close()

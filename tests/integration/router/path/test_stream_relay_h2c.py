@@ -12,99 +12,28 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 
 import h2.config
 import h2.connection
 import h2.events
 import h2.settings
 
-from dataplane.http import HttpServer, start_server
-from dataplane.router.app import Router
-from dataplane.router.fleet.workers import WorkerSpec
-from dataplane.router.settings import build_parser, settings_from_args
+from tests.fakes.polling import until
+from tests.fakes.relay_case import MODEL, Http1Case, Script, chunk
 
-MODEL = "m"
-Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 EVENT = b"data: " + b"x" * (64 * 1024 - 8) + b"\n\n"  # 64 KiB per event
 EVENTS = 512  # 32 MiB: far more than the socket buffers, the windows and the stream buffer
-
-
-def _chunk(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
-async def _read_request(reader: asyncio.StreamReader) -> bytes:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = next(
-        int(h.split(b":")[1]) for h in head.lower().split(b"\r\n") if h.startswith(b"content-length:")
-    )
-    return await reader.readexactly(length)
-
-
-class Case:
-    """The router in process, its front door, the scripted worker (``streamed`` answers every
-    streamed request; the warm-up gets a small JSON answer)."""
+class Case(Http1Case):
+    """The router and a scripted HTTP/1.1 worker: ``streamed`` answers every streamed request,
+    the others (the warm-up) get a small JSON answer."""
 
     def __init__(self, streamed: Script, *flags: str) -> None:
-        self.streamed = streamed
-        self.flags = flags
-        self.worker_conn_closed = asyncio.Event()
-        self.router: Router | None = None
-        self.front: HttpServer | None = None
-        self.worker: asyncio.Server | None = None
-
-    async def __aenter__(self) -> Case:
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                while True:
-                    body = await _read_request(reader)
-                    if json.loads(body).get("stream"):
-                        await self.streamed(reader, writer)
-                    else:
-                        small = b'{"object":"chat.completion"}'
-                        writer.write(
-                            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                            b"content-length: %d\r\n\r\n%s" % (len(small), small)
-                        )
-                        await writer.drain()
-            except (asyncio.IncompleteReadError, ConnectionError):
-                self.worker_conn_closed.set()
-            except asyncio.CancelledError:
-                pass
-            finally:
-                writer.close()
-
-        self.worker = await asyncio.start_server(handle, "127.0.0.1", 0)
-        url = f"http://127.0.0.1:{self.worker.sockets[0].getsockname()[1]}"
-        args = ["--listen", "127.0.0.1:0", "--worker", url, *self.flags]
-        self.router = Router(settings_from_args(build_parser().parse_args(args)))
-        self.router.state.apply_workers([WorkerSpec(url, "http1", (MODEL,))])
-        self.front = await start_server(self.router.proxy.handle, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self.router is not None and self.front is not None and self.worker is not None
-        await self.front.drain(0.1)
-        for worker in self.router.state.workers.workers:
-            await worker.pool.close()
-        self.worker.close()
-
-    def counts(self) -> tuple[int, int, dict[int, int], dict[str, int]]:
-        """Slots in use, the worker's in-flight count, the route's statuses, the upstream outcomes."""
-        assert self.router is not None
-        metrics = self.router.metrics
-        stats = metrics.route("/v1/chat/completions")
-        outcomes = {key[2]: n for key, n in metrics.upstream.items()}
-        return (
-            self.router.admission.in_use,
-            self.router.state.workers.workers[0].inflight,
-            dict(stats.by_status),
-            outcomes,
-        )
+        super().__init__(streamed, *flags, small=lambda fields: not fields.get("stream"))
 
 
 class Client:
@@ -182,12 +111,6 @@ class Client:
                 await self.read(ack)
 
 
-async def _until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not check():  # noqa: ASYNC110 (polls the router's counts)
-            await asyncio.sleep(0.01)
-
-
 async def _warm(case: Case) -> Client:
     """A client whose first (small) answer left an idle connection to the worker."""
     assert case.front is not None
@@ -204,10 +127,10 @@ async def test_an_h2c_client_gets_the_events_as_they_come_and_the_request_is_cou
     gate = asyncio.Event()
 
     async def streamed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(STREAM_HEAD + _chunk(b"data: 1\n\n"))
+        writer.write(STREAM_HEAD + chunk(b"data: 1\n\n"))
         await writer.drain()
         await gate.wait()
-        writer.write(_chunk(b"data: 2\n\n") + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        writer.write(chunk(b"data: 2\n\n") + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         await writer.drain()
 
     async with Case(streamed) as case:
@@ -220,7 +143,7 @@ async def test_an_h2c_client_gets_the_events_as_they_come_and_the_request_is_cou
         gate.set()
         await client.until_ended(sid)
         assert bytes(client.body[sid]) == b"data: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
-        await _until(lambda: case.counts()[:3] == (0, 0, {200: 2}))
+        await until(lambda: case.counts()[:3] == (0, 0, {200: 2}))
         assert case.counts()[3] == {"ok": 2}
         assert not case.worker_conn_closed.is_set()
         client.writer.close()
@@ -237,10 +160,10 @@ async def test_an_h2c_client_giving_no_credit_holds_the_worker_back_and_then_get
         nonlocal written
         writer.write(STREAM_HEAD)
         for i in range(EVENTS):
-            writer.write(_chunk(b"id: %04d\n" % i + EVENT))
+            writer.write(chunk(b"id: %04d\n" % i + EVENT))
             await writer.drain()
             written += 1
-        writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         await writer.drain()
 
     async with Case(streamed, "--upstream-idle-timeout-s", "0.3") as case:
@@ -268,7 +191,7 @@ async def test_an_h2c_client_giving_no_credit_holds_the_worker_back_and_then_get
         ids = [int(e[4:8]) for e in body.split(b"\n\n") if e.startswith(b"id: ")]
         assert ids == list(range(EVENTS))
         assert body.endswith(b"data: [DONE]\n\n")
-        await _until(lambda: case.counts()[:3] == (0, 0, {200: 2}))
+        await until(lambda: case.counts()[:3] == (0, 0, {200: 2}))
         assert not case.worker_conn_closed.is_set()
         client.writer.close()
 
@@ -280,12 +203,12 @@ async def test_an_h2c_client_resetting_the_stream_closes_the_worker_connection()
     first_sent = asyncio.Event()
 
     async def streamed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(STREAM_HEAD + _chunk(b"data: 1\n\n"))
+        writer.write(STREAM_HEAD + chunk(b"data: 1\n\n"))
         await writer.drain()
         first_sent.set()
         for i in range(600):  # 60 s of events unless the router hangs up
             await asyncio.sleep(0.1)
-            writer.write(_chunk(b"data: %d\n\n" % i))
+            writer.write(chunk(b"data: %d\n\n" % i))
             await writer.drain()
 
     async with Case(streamed) as case:
@@ -297,7 +220,7 @@ async def test_an_h2c_client_resetting_the_stream_closes_the_worker_connection()
         client.conn.reset_stream(sid, 8)  # CANCEL
         client.flush()
         await asyncio.wait_for(case.worker_conn_closed.wait(), 5)
-        await _until(lambda: case.counts()[:3] == (0, 0, {200: 1, 499: 1}))
+        await until(lambda: case.counts()[:3] == (0, 0, {200: 1, 499: 1}))
         assert case.counts()[3] == {"ok": 1, "client_gone": 1}
         again = client.post(stream=False)
         await client.until_ended(again)
