@@ -10,6 +10,7 @@ answers are outstanding. A connection whose first bytes are the h2 preface is ha
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import cast
 
 import httptools
@@ -60,6 +61,8 @@ class Http1Connection(AnswerQueue):
         self._uncounted_body = min(self._max_body, ctx.limits.max_header_bytes)
         self.transport = None
         self._parser = httptools.HttpRequestParser(self)
+        # Bound once: a call by name looks the method up on every read.
+        self._feed: Callable[[bytes], None] = self._parser.feed_data
         self._detecting = True
         self._preface = b""
         # The request being parsed.
@@ -112,7 +115,7 @@ class Http1Connection(AnswerQueue):
         if self._discarding:
             return
         try:
-            self._parser.feed_data(data)
+            self._feed(data)
         except httptools.HttpParserUpgrade as exc:
             # RFC 9110 §7.8: a server may ignore Upgrade; keep parsing what follows as HTTP/1.1.
             self._resume_after_upgrade(data, int(exc.args[0]))

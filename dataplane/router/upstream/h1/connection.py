@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Callable
 from typing import Final, cast
 
 import httptools
@@ -308,6 +309,8 @@ class H1Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
+        # Bound once: a call by name looks the method up on every read.
+        self._feed: Callable[[bytes], None] = self._parser.feed_data
         self.lost = False
         self.idle_since = 0.0
         # Per exchange: told of the head by a future (``send``) or a listener (``send_to``).
@@ -350,7 +353,7 @@ class H1Connection(asyncio.Protocol):
             self._first_read = False
             self._read = data
         try:
-            self._parser.feed_data(data)
+            self._feed(data)
         except httptools.HttpParserUpgrade:
             self._fail(UpstreamBodyIncomplete())
         except httptools.HttpParserError:
