@@ -17,7 +17,7 @@ from dataplane.http.wire import LAST_CHUNK, Headers, body_allowed, encode_chunk,
 NEW: Final = 0
 STREAMING: Final = 1
 DONE: Final = 2
-_JOIN_BODY_MAX: Final = 64 * 1024  # below this a complete answer goes out in one write
+JOIN_BODY_MAX: Final = 64 * 1024  # below this a complete answer goes out in one write
 
 
 class AnswerQueue(WriteBackpressure):
@@ -102,7 +102,7 @@ class H1Responder(Responder):
         # Encode before committing: a bad status or header raises with the answer still unsent,
         # so the handler's error path can still answer 500.
         close = not self._keep_alive or ((conn.closing or conn.ctx.draining) and conn.closes_after(self))
-        if not allowed or self._head or len(body) > _JOIN_BODY_MAX:
+        if not allowed or self._head or len(body) > JOIN_BODY_MAX:
             head, close = encode_h1_head(status, headers, len(body) if allowed else None, False, close)
             self._state = DONE
             self._close = close

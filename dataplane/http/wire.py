@@ -118,6 +118,17 @@ _CRLF: Final = b"\r\n"
 _LENGTH_LINES: Final[dict[int, bytes]] = {}
 _LENGTH_LINES_MAX: Final = 4096
 
+
+def length_line(n: int) -> bytes:
+    """The header line ``content-length: n`` with its CRLF."""
+    line = _LENGTH_LINES.get(n)
+    if line is None:
+        line = b"content-length: %d\r\n" % n
+        if len(_LENGTH_LINES) < _LENGTH_LINES_MAX:
+            _LENGTH_LINES[n] = line
+    return line
+
+
 # Content-Length values seen, as ASCII digits (bounded like ``_LENGTH_LINES``): a lookup
 # instead of formatting the number per request.
 _DECIMALS: Final[dict[int, bytes]] = {}
@@ -179,12 +190,7 @@ def encode_h1_head(
         parts.append(value)
         parts.append(_CRLF)
     if content_length is not None:
-        line = _LENGTH_LINES.get(content_length)
-        if line is None:
-            line = b"content-length: %d\r\n" % content_length
-            if len(_LENGTH_LINES) < _LENGTH_LINES_MAX:
-                _LENGTH_LINES[content_length] = line
-        parts.append(line)
+        parts.append(length_line(content_length))
     elif chunked:
         parts.append(b"transfer-encoding: chunked\r\n")
     parts.append(b"connection: close\r\n\r\n" if close else _CRLF)

@@ -33,6 +33,8 @@ from typing import Final, Protocol
 
 from dataplane.errors import RouterError, UpstreamUnreachable
 from dataplane.http import Request, Responder, answer_internal_error, spawn
+from dataplane.http.http1_responder import JOIN_BODY_MAX
+from dataplane.http.wire import body_allowed, encode_h1_head, length_line
 from dataplane.router.admission import Slot
 from dataplane.router.body import RequestBody
 from dataplane.router.fleet.workers import Worker
@@ -45,6 +47,8 @@ from dataplane.router.upstream.h1.connection import H1Response
 # Bound as a Final: compiled (scripts/build_mypyc.sh), an imported name is a lookup in the
 # module's globals at every call.
 perf_counter: Final = _perf_counter
+# Head encodings kept by ``Host.h1_head`` (a few per h2c connection and status).
+_HEADS_MAX: Final = 256
 
 _log = logging.getLogger(__name__)
 
@@ -62,6 +66,8 @@ class Host:
     # The HTTP/1.1 lines of the extra headers last asked for (``h1_lines``).
     _lines_of: Headers | None = None
     _lines: bytes = b""
+    # ``h1_head``'s table: id(headers) -> (headers, extra, status, head).
+    _heads: dict[int, tuple[Headers, Headers, int, bytes]] | None = None
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -76,6 +82,33 @@ class Host:
         self._lines_of = extra
         self._lines = lines
         return lines
+
+    def h1_head(self, status: int, headers: Headers, extra: Headers) -> bytes | None:
+        """The HTTP/1.1 head of a complete answer with ``status``, ``headers`` then ``extra``, up
+        to its framing: its Content-Length line (``wire.length_line``) and the blank line follow,
+        as ``encode_h1_head`` writes them. None when the answer has no body or closes the
+        connection (``encode_h1_head`` decides those).
+
+        Kept per header list object (a bounded table holding the lists, so no id is reused): an
+        h2c worker's repeated header blocks decode to one list per connection
+        (``upstream.h2c.codec``), and ``extra`` is one list per contract snapshot.
+        """
+        heads = self._heads
+        if heads is None:
+            heads = self._heads = {}
+        kept = heads.get(id(headers))
+        if kept is not None and kept[0] is headers and kept[1] is extra and kept[2] == status:
+            return kept[3]
+        if not body_allowed(status):
+            return None
+        head, close = encode_h1_head(status, headers + extra if extra else headers, None, False, False)
+        if close:
+            return None
+        head = head[:-2]  # without the blank line
+        if len(heads) >= _HEADS_MAX:
+            heads.clear()
+        heads[id(headers)] = (headers, extra, status, head)
+        return head
 
     def retry_elsewhere(
         self,
@@ -174,6 +207,12 @@ class Exchange:
             complete = response.buffered_body()
             status = response.status
             headers = response.headers
+            if complete is not None and len(complete) <= JOIN_BODY_MAX and responder.takes_as_is:
+                # An h2c worker's complete answer to an HTTP/1.1 client: its head is encoded
+                # once per header list (``Host.h1_head``), then framed and joined with the body.
+                head = self._proxy.h1_head(status, headers, self._extra)
+                if head is not None:
+                    answer = b"".join((head, length_line(len(complete)), b"\r\n", complete))
         if complete is None:
             if isinstance(response, StreamedResponse) and responder.sends_now:
                 extra = self._extra
@@ -214,7 +253,9 @@ class Exchange:
         worker.work -= self._work
         try:
             if answer is None or not responder.respond_as_is(answer):
-                if answer is not None:  # this client's answer needs a head of its own after all
+                if answer is not None and isinstance(response, H1Response):
+                    # This client's answer needs a head of its own after all (h2c's body is
+                    # already in ``complete``).
                     complete = response.buffered_body() or b""
                 extra = self._extra
                 responder.respond(status, headers + extra if extra else headers, complete)
