@@ -342,7 +342,12 @@ async def _drive(mode: str, n: int) -> None:
     if mode.startswith("h2c-"):
         await _drive_h2c(loop, handler, n, done, _FRONT_SSE if mode == "h2c-router-sse" else _FRONT)
         return
-    client = Http1Connection(ServerContext(handler, ServerLimits(), loop))
+    if mode == "floor":
+        from bench.floor_proxy import _Client
+
+        client: Any = _Client("127.0.0.1", 9)
+    else:
+        client = Http1Connection(ServerContext(handler, ServerLimits(), loop))
 
     in_answer = False
 
@@ -523,7 +528,7 @@ def main() -> int:
         return 2
     n, small = args.requests, args.requests // 4
     per_request = {}
-    modes = ["bare", "router", *(("responses", "generate") if args.dialects else ())]
+    modes = ["bare", "floor", "router", *(("responses", "generate") if args.dialects else ())]
     if args.h2c:
         modes.append("router-h2c")
     if args.front_h2c:
