@@ -13,6 +13,10 @@ counted: bench/router_overhead.py measures that):
   transport answers with engine-sim's answer bytes; the client's next request follows its answer;
 - ``bare``: the same front door and request with a handler that answers the same bytes at once:
   the baseline of one HTTP hop on the same stack;
+- ``floor``: ``bench/floor_proxy.py`` (the featureless uvloop + httptools hop that
+  bench/router_floor.py divides by) on the same loop, its upstream connection answered the
+  same way: ``router`` / ``floor`` is the instruction side of that benchmark's h1→h1 ratio
+  (the kernel's share is not in it);
 - ``--dialects``: the router again, with the same text sent to ``/v1/responses`` and to
   ``/generate`` (fields under ``sampling_params``);
 - ``--h2c``: the chat request again, forwarded to an h2c worker (``upstream.h2c``) whose
