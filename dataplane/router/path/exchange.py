@@ -41,7 +41,7 @@ from dataplane.router.fleet.workers import Worker
 from dataplane.router.headers import Headers
 from dataplane.router.metrics import CLIENT_GONE, RouterMetrics, RouteStats, count_outcome
 from dataplane.router.path.relay import CLIENT_CLOSED, StreamRelay, outcome_of, passes_through, relay_rest
-from dataplane.router.upstream.base import StreamedResponse, UpstreamResponse
+from dataplane.router.upstream.base import ResponseListener, StreamedResponse
 from dataplane.router.upstream.h1.connection import H1Response
 
 # Bound as a Final: compiled (scripts/build_mypyc.sh), an imported name is a lookup in the
@@ -138,7 +138,7 @@ class Abandonable(Protocol):
     def abandon(self) -> None: ...
 
 
-class Exchange:
+class Exchange(ResponseListener):
     """A judged (or unjudged ``/v1/*``) request whose answer is awaited through callbacks."""
 
     __slots__ = (
@@ -184,7 +184,7 @@ class Exchange:
         self.resend: Resend | None = None
 
     # -- upstream.ResponseListener ---------------------------------------------------------
-    def on_response(self, response: UpstreamResponse) -> None:
+    def on_response(self, response: StreamedResponse) -> None:
         self.conn = None
         responder = self._responder
         responder.on_disconnect(None)
@@ -194,8 +194,6 @@ class Exchange:
         timing.first_byte.observe(waited)
         answer: bytes | None = None
         if isinstance(response, H1Response):
-            # The concrete class: compiled (scripts/build_mypyc.sh), its fields and method are
-            # native reads and a direct call, where through the Protocol each is a lookup by name.
             status = response.status
             headers = response.headers
             # An answer that came whole and needs no change of its head goes to an HTTP/1.1
@@ -214,7 +212,7 @@ class Exchange:
                 if head is not None:
                     answer = b"".join((head, length_line(len(complete)), b"\r\n", complete))
         if complete is None:
-            if isinstance(response, StreamedResponse) and responder.sends_now:
+            if responder.sends_now:
                 extra = self._extra
                 relayed = headers + extra if extra else headers
                 sse = passes_through(relayed, self._stream)

@@ -87,23 +87,6 @@ class UpstreamResponse(Protocol):
         ...
 
 
-class ResponseListener(Protocol):
-    """Told how a callback-driven exchange (``H1Pool.start``) went, exactly once, with no task.
-
-    Called from the connection's own callbacks (``data_received``, ``connection_lost``, the
-    deadline timer), so it must not raise and must not block.
-    """
-
-    def on_response(self, response: UpstreamResponse) -> None:
-        """The head arrived (``buffered_body()`` says whether the body did too)."""
-        ...
-
-    def on_failure(self, error: RouterError) -> None:
-        """The exchange failed before the head arrived (``UpstreamTimeout`` or
-        ``UpstreamBodyIncomplete``: the request bytes were written, so never retried)."""
-        ...
-
-
 # Test sinks are interpreted subclasses (compiled, the relay's own calls stay vtable calls).
 @mypyc_attr(allow_interpreted_subclasses=True)
 class BodySink:
@@ -133,9 +116,12 @@ class BodySink:
         raise NotImplementedError
 
 
+# Test answers are interpreted subclasses (compiled, the exchange's own calls stay vtable calls).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class StreamedResponse:
-    """An answer whose body can be handed to a ``BodySink`` from its connection's callbacks
-    (``path.relay.StreamRelay``): ``H1Response`` and the h2c upstream's ``H2Stream`` extend it.
+    """An answer a callback-driven exchange is told of (``ResponseListener``), whose body can be
+    handed to a ``BodySink`` from its connection's callbacks (``path.relay.StreamRelay``):
+    ``H1Response`` and the h2c upstream's ``H2Stream`` extend it (each an ``UpstreamResponse``).
 
     A base class rather than a Protocol, for the reason ``BodySink`` gives.
     """
@@ -144,6 +130,14 @@ class StreamedResponse:
 
     status: int
     headers: Headers
+
+    def buffered_body(self) -> bytes | None:
+        """``UpstreamResponse.buffered_body``."""
+        raise NotImplementedError
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """``UpstreamResponse.chunks``."""
+        raise NotImplementedError
 
     def arrived(self) -> bytes:
         """The body bytes that have arrived and not been taken yet (sent with the head)."""
@@ -164,6 +158,29 @@ class StreamedResponse:
 
     def abort(self) -> None:
         """The sink's client went away (``UpstreamResponse.abort``)."""
+        raise NotImplementedError
+
+
+# Test listeners are interpreted subclasses.
+@mypyc_attr(allow_interpreted_subclasses=True)
+class ResponseListener:
+    """Told how a callback-driven exchange (``H1Pool.start``, ``H2Pool.start``) went, exactly
+    once, with no task.
+
+    Called from the connection's own callbacks (``data_received``, ``connection_lost``, the
+    deadline timer), so it must not raise and must not block. A base class rather than a
+    Protocol, for the reason ``BodySink`` gives.
+    """
+
+    __slots__ = ()
+
+    def on_response(self, response: StreamedResponse) -> None:
+        """The head arrived (``buffered_body()`` says whether the body did too)."""
+        raise NotImplementedError
+
+    def on_failure(self, error: RouterError) -> None:
+        """The exchange failed before the head arrived (``UpstreamTimeout`` or
+        ``UpstreamBodyIncomplete``: the request bytes were written, so never retried)."""
         raise NotImplementedError
 
 

@@ -95,7 +95,9 @@ class Answers:
         self._headers, self._body = [], b""
 
 
-async def read_answer(reader: asyncio.StreamReader, answers: Answers) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+async def read_answer(
+    reader: asyncio.StreamReader, answers: Answers
+) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     while not answers.done:
         data = await asyncio.wait_for(reader.read(65536), 10)
         assert data, "the router closed the connection"

@@ -2,9 +2,9 @@
 
 Driven with the router's own objects (its ``Forwarder`` with ``RouterMetrics`` and
 ``Admission``, a ``Request``, a ``Worker`` of a real ``RouterState``) and, for the parts the
-exchange only sees through a Protocol (``UpstreamResponse``, ``Abandonable``), small classes that
-implement that Protocol: compiled (scripts/build_mypyc.sh), the exchange checks every declared
-type at run time.
+exchange only sees through a base class or a Protocol (``StreamedResponse``, ``Abandonable``),
+small classes that extend or implement it: compiled (scripts/build_mypyc.sh), the exchange
+checks every declared type at run time.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataplane.router.metrics import RouterMetrics, RouteStats
 from dataplane.router.path.exchange import Abandonable, Exchange
 from dataplane.router.path.forwarder import Forwarder, ProxyConfig
 from dataplane.router.state import RouterState
-from dataplane.router.upstream.base import UpstreamResponse
+from dataplane.router.upstream.base import StreamedResponse
 
 Headers = list[tuple[bytes, bytes]]
 REVISION: Headers = [(b"x-contract-revision", b"7")]
@@ -55,8 +55,8 @@ class RecordingResponder(Responder):
         return self.answer is not None or self.aborted
 
 
-class CompleteResponse:
-    """An ``UpstreamResponse`` whose whole body came with its head (the small-answer fast path)."""
+class CompleteResponse(StreamedResponse):
+    """An answer whose whole body came with its head (the small-answer fast path)."""
 
     def __init__(self, status: int = 200, body: bytes = b'{"ok":true}') -> None:
         self.status = status
@@ -119,7 +119,7 @@ class Setup:
         return self.metrics.upstream
 
 
-def _response(status: int = 200) -> UpstreamResponse:
+def _response(status: int = 200) -> StreamedResponse:
     return CompleteResponse(status=status)
 
 

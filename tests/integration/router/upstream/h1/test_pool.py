@@ -9,8 +9,9 @@ import pytest
 
 from dataplane.errors import RouterError
 from dataplane.router.upstream.base import (
+    ResponseListener,
+    StreamedResponse,
     UpstreamBodyIncomplete,
-    UpstreamResponse,
     UpstreamTimeout,
     UpstreamUnreachable,
 )
@@ -236,14 +237,14 @@ async def test_abort_closes_the_connection() -> None:
         await asyncio.wait_for(closed.wait(), 2)
 
 
-class Listener:
+class Listener(ResponseListener):
     """Records what a callback-driven exchange (``H1Pool.start``) was told."""
 
     def __init__(self) -> None:
-        self.told: asyncio.Future[UpstreamResponse | RouterError] = asyncio.get_running_loop().create_future()
+        self.told: asyncio.Future[StreamedResponse | RouterError] = asyncio.get_running_loop().create_future()
         self.calls = 0
 
-    def on_response(self, response: UpstreamResponse) -> None:
+    def on_response(self, response: StreamedResponse) -> None:
         self.calls += 1
         self.told.set_result(response)
 

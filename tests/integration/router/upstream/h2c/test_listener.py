@@ -10,13 +10,13 @@ import pytest
 from h2.errors import ErrorCodes
 
 from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeout, UpstreamUnreachable
-from dataplane.router.upstream.base import UpstreamResponse
+from dataplane.router.upstream.base import ResponseListener, StreamedResponse
 from dataplane.router.upstream.h2c.pool import H2Pool
 from dataplane.router.upstream.h2c.stream import H2Stream
 from tests.fakes.scripted_h2c import ScriptedServer
 
 
-class Told:
+class Told(ResponseListener):
     """A ``ResponseListener`` that records what it was told."""
 
     def __init__(self) -> None:
@@ -24,7 +24,7 @@ class Told:
         self.body_when_told: bytes | None = None  # what ``path.exchange`` would answer in one write
         self.first: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    def on_response(self, response: UpstreamResponse) -> None:
+    def on_response(self, response: StreamedResponse) -> None:
         self.body_when_told = response.buffered_body()
         self._told("response", response)
 
