@@ -61,8 +61,12 @@ class Http1Connection(AnswerQueue):
         self._uncounted_body = min(self._max_body, ctx.limits.max_header_bytes)
         self.transport = None
         self._parser = httptools.HttpRequestParser(self)
-        # Bound once: a call by name looks the method up on every read.
-        self._feed: Callable[[bytes], None] = self._parser.feed_data
+        # Bound once: compiled, a call by name looks the method up on every call.
+        parser = self._parser
+        self._feed: Callable[[bytes], None] = parser.feed_data
+        self._upgrades: Callable[[], bool] = parser.should_upgrade
+        self._keeps_alive: Callable[[], bool] = parser.should_keep_alive
+        self._method: Callable[[], bytes] = parser.get_method
         self._detecting = True
         self._preface = b""
         # The request being parsed.
@@ -207,7 +211,7 @@ class Http1Connection(AnswerQueue):
         if self._header_bytes > self._max_header:
             self._error = HEADERS_TOO_LARGE
             raise _Stop
-        if self._parser.should_upgrade() and _announces_body(self._headers):
+        if self._upgrades() and _announces_body(self._headers):
             # httptools skips the body of a request it takes for an Upgrade and would parse that
             # body as the next request: a desync (RFC 9112 §11.2). We never switch protocols
             # (RFC 9110 §7.8 lets a server ignore Upgrade) and cannot read such a body: refuse.
@@ -250,13 +254,12 @@ class Http1Connection(AnswerQueue):
             self._drop_body()
             self._in_message = False
             return
-        parser = self._parser
-        keep_alive = parser.should_keep_alive()
+        keep_alive = self._keeps_alive()
         http10 = False
         # get_http_version() costs ~1 µs: only ask when another version than 1.1 is possible (no
         # keep-alive, or an explicit Connection header, which 1.0 needs for keep-alive).
         if not keep_alive or self._connection_header:
-            version = parser.get_http_version()
+            version = self._parser.get_http_version()
             if version != "1.1":
                 if version != "1.0":
                     # llhttp takes a request line without version for HTTP/0.9, and parses 2.0.
@@ -267,7 +270,7 @@ class Http1Connection(AnswerQueue):
         keep_alive = keep_alive and not self.ctx.draining
         parts = self._body
         body = b"" if parts is None else parts[0] if len(parts) == 1 else b"".join(parts)
-        method = parser.get_method()
+        method = self._method()
         resp = H1Responder(self, keep_alive, method, http10)
         if self._counted:
             self._held += self._counted

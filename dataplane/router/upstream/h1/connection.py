@@ -78,6 +78,8 @@ class ConnectionHome:
 HIGH_WATER: Final = 1 << 20  # pause reading from the worker above this many unsent bytes
 _COALESCE_BODY_BYTES: Final = 256 * 1024  # copy head + body into one write below this size
 _SLACK_S: Final = 0.001  # a deadline within this much is due now (uvloop's timers have ms resolution)
+# Compiled, ``raw.find(...)`` is a lookup of the method by name on every call; this is not.
+_find: Final = bytes.find
 
 
 class UnaskedAnswer(Exception):
@@ -214,7 +216,7 @@ class H1Response(StreamedResponse):
         line = STATUS_LINES.get(self.status)
         if line is None or not raw.startswith(line):
             return None
-        end = raw.find(b"\r\n\r\n", self._head_min)
+        end = _find(raw, b"\r\n\r\n", self._head_min)
         if end < 0 or end + 4 + (len(chunks[0]) if chunks else 0) != len(raw):
             return None
         if not extra:
@@ -309,8 +311,10 @@ class H1Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
-        # Bound once: a call by name looks the method up on every read.
+        # Bound once: compiled, a call by name looks the method up on every call.
         self._feed: Callable[[bytes], None] = self._parser.feed_data
+        self._status_code: Callable[[], int] = self._parser.get_status_code
+        self._keeps_alive: Callable[[], bool] = self._parser.should_keep_alive
         self.lost = False
         self.idle_since = 0.0
         # Per exchange: told of the head by a future (``send``) or a listener (``send_to``).
@@ -411,7 +415,7 @@ class H1Connection(asyncio.Protocol):
                 self._delimited = True
 
     def on_headers_complete(self) -> None:
-        status = self._parser.get_status_code()
+        status = self._status_code()
         if 100 <= status < 200:  # interim answer (RFC 9110 §15.2): the final one follows
             self._headers = []
             self._read = b""  # the final head does not begin this read
@@ -419,7 +423,7 @@ class H1Connection(asyncio.Protocol):
             self._as_is = True
             self._length_seen = False
             return
-        keep_alive = self._keep_alive = self._parser.should_keep_alive()
+        keep_alive = self._keep_alive = self._keeps_alive()
         headers = self._headers
         self._headers = []
         response = H1Response(self, status, headers)
