@@ -98,7 +98,7 @@ def _router(policy: str, count: int, seed: int) -> _Router:
     state = RouterState()
     specs = [WorkerSpec(f"http://engine-{i}:1", "http1", ("m",)) for i in range(count)]
     state.apply_workers(specs, pool_factory=lambda _spec: cast(Any, None))
-    balancer: Balancer[Worker] = Balancer(Policy(policy), Worker.load, Worker.wait, rng=random.Random(seed))
+    balancer: Balancer[Worker] = Balancer(Policy(policy), rng=random.Random(seed))
     return _Router(state, balancer, [PrefillRate() for _ in range(count)])
 
 
@@ -199,7 +199,7 @@ def run(
             return
         router = fleet_routers[arrival.source]
         workers = router.state.workers.workers
-        worker = router.balancer.pick(workers)
+        worker = router.balancer.pick(list(workers))
         work = request_work(arrival.max_tokens, arrival.prompt_tokens)
         worker.inflight += 1
         worker.work += work

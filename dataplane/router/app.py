@@ -56,7 +56,7 @@ class Router:
             make_pool, timeouts=settings.upstream, api_key=settings.worker_api_key
         )
         self.admission = Admission(settings.max_concurrency, settings.queue_size, settings.queue_timeout_s)
-        self.balancer: Balancer[Worker] = Balancer(settings.policy, Worker.load, Worker.wait)
+        self.balancer: Balancer[Worker] = Balancer(settings.policy)
         self.access_log = AccessLog(settings.access_log, self.state) if settings.access_log else None
         self.metrics = RouterMetrics(self.state, self.admission, settings.api_keys, self.access_log)
         # Under the --processes supervisor: /metrics answers for every process (process_metrics).

@@ -1,10 +1,10 @@
 """Worker selection policies (pure): ``least_load``, ``power_of_two``, ``least_request``,
 ``round_robin`` (SPEC §1), and the predicted-wait score they rank workers by.
 
-The balancer knows nothing about workers beyond two score functions, so it is tested with plain
-values: ``wait_of`` (``least_load``, ``power_of_two``: the predicted wait below) and ``load_of``
-(``least_request``: requests, the engine's FRESH count plus the router's own change since that
-view, or its own in-flight count; ``workers.Worker.load``). The caller passes only eligible
+The balancer knows nothing about workers beyond their two scores (``Scored``), so it is tested
+with plain values: ``wait`` (``least_load``, ``power_of_two``: the predicted wait below) and
+``load`` (``least_request``: requests, the engine's FRESH count plus the router's own change since
+that view, or its own in-flight count; ``workers.Worker.load``). The caller passes only eligible
 candidates (healthy, serving the model, not yet tried for this request). Ties rotate, so an idle
 fleet still spreads sequential requests instead of sending all of them to the first worker.
 
@@ -32,11 +32,10 @@ from __future__ import annotations
 
 import enum
 import random
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Generic, Protocol, TypeVar
 
-T = TypeVar("T")
+from mypy_extensions import mypyc_attr
 
 # A decode step of an 8B model on one H100 is 7-12 ms (engine-sim's costs.py): the seconds one
 # token of one sequence's answer takes. It only sets the exchange rate between prefill seconds
@@ -153,59 +152,70 @@ def predicted_wait(terms: WaitTerms, own_work: float, own_prompts_since_view: in
     return wait
 
 
+# Test candidates are interpreted subclasses (compiled, the balancer's calls stay vtable calls).
+@mypyc_attr(allow_interpreted_subclasses=True)
+class Scored:
+    """A candidate as the balancer ranks it, by one of two scores (``fleet.workers.Worker``
+    extends it; the tests rank plain values).
+
+    A base class rather than two score functions: compiled (scripts/build_mypyc.sh), a function
+    held in an attribute is a generic call per candidate per request; these are vtable calls.
+    """
+
+    __slots__ = ()
+
+    def load(self) -> float:
+        """``least_request``'s score."""
+        raise NotImplementedError
+
+    def wait(self) -> float:
+        """``least_load``'s and ``power_of_two``'s score (the predicted wait); ``load`` unless
+        a candidate has its own."""
+        return self.load()
+
+
+T = TypeVar("T", bound=Scored)
+
+
 class Balancer(Generic[T]):
     """Picks one of the candidates under a policy; keeps only a rotation counter as state."""
 
-    __slots__ = ("_counter", "_load_of", "_pick", "_rng", "policy")
+    __slots__ = ("_by_wait", "_counter", "_rng", "_round_robin", "_two", "policy")
 
-    def __init__(
-        self,
-        policy: Policy,
-        load_of: Callable[[T], float],
-        wait_of: Callable[[T], float] | None = None,
-        *,
-        rng: random.Random | None = None,
-    ) -> None:
+    def __init__(self, policy: Policy, *, rng: random.Random | None = None) -> None:
         self.policy = policy
         # least_request scores requests; least_load and power_of_two the predicted wait.
-        scored_by_wait = wait_of is not None and policy in (Policy.LEAST_LOAD, Policy.POWER_OF_TWO)
-        self._load_of = wait_of if scored_by_wait and wait_of is not None else load_of
+        self._by_wait = policy in (Policy.LEAST_LOAD, Policy.POWER_OF_TWO)
+        self._round_robin = policy is Policy.ROUND_ROBIN
+        self._two = policy is Policy.POWER_OF_TWO
         self._rng = rng if rng is not None else random.Random()
         self._counter = 0
-        self._pick: Callable[[Sequence[T]], T] = {
-            Policy.LEAST_LOAD: self._least_load,
-            Policy.LEAST_REQUEST: self._least_load,
-            Policy.POWER_OF_TWO: self._power_of_two,
-            Policy.ROUND_ROBIN: self._round_robin,
-        }[policy]
 
-    def pick(self, candidates: Sequence[T]) -> T:
+    def pick(self, candidates: list[T]) -> T:
         """One of ``candidates`` (which must not be empty)."""
-        if len(candidates) == 1:
+        n = len(candidates)
+        if n == 1:
             return candidates[0]
-        return self._pick(candidates)
-
-    def _round_robin(self, candidates: Sequence[T]) -> T:
-        self._counter += 1
-        return candidates[self._counter % len(candidates)]
-
-    def _least_load(self, candidates: Sequence[T]) -> T:
+        if self._round_robin:
+            self._counter += 1
+            return candidates[self._counter % n]
+        if self._two:
+            return self._power_of_two(candidates)
         # Scan starting at a rotating offset: the first minimum found wins, so equal loads
         # are taken in turn.
         self._counter += 1
-        n = len(candidates)
         start = self._counter % n
-        load_of = self._load_of
+        by_wait = self._by_wait
         best = candidates[start]
-        best_load = load_of(best)
+        best_score = best.wait() if by_wait else best.load()
         for i in range(1, n):
             c = candidates[(start + i) % n]
-            load = load_of(c)
-            if load < best_load:
-                best, best_load = c, load
+            score = c.wait() if by_wait else c.load()
+            if score < best_score:
+                best, best_score = c, score
         return best
 
-    def _power_of_two(self, candidates: Sequence[T]) -> T:
+    def _power_of_two(self, candidates: list[T]) -> T:
         # Two distinct random candidates, the less loaded wins (ties: the first drawn, which
         # is itself random).
         n = len(candidates)
@@ -214,4 +224,4 @@ class Balancer(Generic[T]):
         if b >= a:
             b += 1
         ca, cb = candidates[a], candidates[b]
-        return cb if self._load_of(cb) < self._load_of(ca) else ca
+        return cb if cb.wait() < ca.wait() else ca

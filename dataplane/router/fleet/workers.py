@@ -25,6 +25,7 @@ from dataplane.router.balancer import (
     PROMPT_TOKEN_WORK,
     WORK_SHIFT,
     EngineView,
+    Scored,
     WaitTerms,
     wait_terms,
 )
@@ -126,8 +127,8 @@ class UpstreamOutcomes:
         self.failed: dict[str, int] = {}
 
 
-class Worker:
-    """A live worker as the request path sees it."""
+class Worker(Scored):
+    """A live worker as the request path sees it (scored by the balancer: ``load``, ``wait``)."""
 
     __slots__ = (
         "_prompts_at_view",

@@ -360,7 +360,7 @@ class Forwarder(Host):
                 worker, first = first, None
             else:
                 if tried:
-                    candidates: Sequence[Worker] = [w for w in group if w.healthy and w not in tried]
+                    candidates = [w for w in group if w.healthy and w not in tried]
                 else:
                     candidates = [w for w in group if w.healthy]
                 if not candidates:

@@ -14,6 +14,7 @@ from dataplane.router.balancer import (
     FREE_SLOT_WEIGHT,
     Balancer,
     Policy,
+    Scored,
     held_work,
     predicted_wait,
     request_work,
@@ -21,42 +22,64 @@ from dataplane.router.balancer import (
 )
 
 
+class Named(Scored):
+    """A candidate with a name and fixed scores (``wait`` defaults to ``load``, as ``Scored``'s)."""
+
+    def __init__(self, name: str, load: float = 0.0, wait: float | None = None) -> None:
+        self.name = name
+        self._load = load
+        self._wait = wait
+
+    def load(self) -> float:
+        return self._load
+
+    def wait(self) -> float:
+        return self._load if self._wait is None else self._wait
+
+
+def names(picks: list[Named]) -> list[str]:
+    return [p.name for p in picks]
+
+
 def test_round_robin_cycles_through_candidates() -> None:
     """round_robin visits every candidate in turn."""
-    b: Balancer[str] = Balancer(Policy.ROUND_ROBIN, lambda w: 0)
-    picks = [b.pick(["a", "b", "c"]) for _ in range(6)]
+    b: Balancer[Named] = Balancer(Policy.ROUND_ROBIN)
+    fleet = [Named("a"), Named("b"), Named("c")]
+    picks = names([b.pick(fleet) for _ in range(6)])
     assert Counter(picks) == {"a": 2, "b": 2, "c": 2}
     assert picks[:3] == picks[3:]
 
 
 def test_least_load_picks_the_least_loaded() -> None:
-    """least_load always picks the candidate with the smallest load."""
-    loads = {"a": 3, "b": 1, "c": 2}
-    b: Balancer[str] = Balancer(Policy.LEAST_LOAD, loads.__getitem__)
-    assert {b.pick(["a", "b", "c"]) for _ in range(10)} == {"b"}
+    """least_load always picks the candidate with the smallest score."""
+    b: Balancer[Named] = Balancer(Policy.LEAST_LOAD)
+    fleet = [Named("a", 3), Named("b", 1), Named("c", 2)]
+    assert {b.pick(fleet).name for _ in range(10)} == {"b"}
 
 
 def test_least_load_rotates_between_equal_loads() -> None:
     """An idle fleet (equal loads) still spreads requests over every worker."""
-    b: Balancer[str] = Balancer(Policy.LEAST_LOAD, lambda w: 0)
-    picks = Counter(b.pick(["a", "b"]) for _ in range(10))
+    b: Balancer[Named] = Balancer(Policy.LEAST_LOAD)
+    fleet = [Named("a"), Named("b")]
+    picks = Counter(b.pick(fleet).name for _ in range(10))
     assert picks == {"a": 5, "b": 5}
 
 
 def test_power_of_two_never_picks_the_most_loaded_of_three() -> None:
     """power_of_two compares two distinct candidates, so the strictly worst one never wins."""
-    loads = {"a": 0, "b": 5, "c": 9}
-    b: Balancer[str] = Balancer(Policy.POWER_OF_TWO, loads.__getitem__, rng=random.Random(1))
-    picks = Counter(b.pick(["a", "b", "c"]) for _ in range(300))
+    b: Balancer[Named] = Balancer(Policy.POWER_OF_TWO, rng=random.Random(1))
+    fleet = [Named("a", 0), Named("b", 5), Named("c", 9)]
+    picks = Counter(b.pick(fleet).name for _ in range(300))
     assert picks["c"] == 0
     assert picks["a"] > picks["b"] > 0
 
 
 def test_single_candidate_is_returned() -> None:
     """With one candidate every policy returns it."""
+    only = Named("only")
     for policy in Policy:
-        b: Balancer[str] = Balancer(policy, lambda w: 0)
-        assert b.pick(["only"]) == "only"
+        b: Balancer[Named] = Balancer(policy)
+        assert b.pick([only]) is only
 
 
 @given(
@@ -66,13 +89,12 @@ def test_single_candidate_is_returned() -> None:
 )
 def test_pick_is_always_a_candidate(loads: list[int], policy: Policy, seed: int) -> None:
     """Every policy returns one of the candidates it was given; least_load returns a minimum."""
-    names = [f"w{i}" for i in range(len(loads))]
-    load_of = dict(zip(names, loads, strict=True)).__getitem__
-    b: Balancer[str] = Balancer(policy, load_of, rng=random.Random(seed))
-    picked = b.pick(names)
-    assert picked in names
+    fleet = [Named(f"w{i}", load) for i, load in enumerate(loads)]
+    b: Balancer[Named] = Balancer(policy, rng=random.Random(seed))
+    picked = b.pick(fleet)
+    assert any(picked is c for c in fleet)
     if policy is Policy.LEAST_LOAD:
-        assert load_of(picked) == min(loads)
+        assert picked.load() == min(loads)
 
 
 # -- the predicted wait ---------------------------------------------------------------------
@@ -193,9 +215,9 @@ def test_less_work_of_every_kind_is_never_scored_worse(
 
 
 def test_least_request_and_least_load_use_their_own_scores() -> None:
-    """least_request ranks by load_of, least_load and power_of_two by wait_of."""
-    loads, waits = {"a": 1, "b": 2}, {"a": 2.0, "b": 1.0}
-    assert Balancer(Policy.LEAST_REQUEST, loads.__getitem__, waits.__getitem__).pick(["a", "b"]) == "a"
-    assert Balancer(Policy.LEAST_LOAD, loads.__getitem__, waits.__getitem__).pick(["a", "b"]) == "b"
-    two = Balancer(Policy.POWER_OF_TWO, loads.__getitem__, waits.__getitem__, rng=random.Random(0))
-    assert two.pick(["a", "b"]) == "b"
+    """least_request ranks by load, least_load and power_of_two by wait."""
+    fleet = [Named("a", 1, 2.0), Named("b", 2, 1.0)]
+    requests: Balancer[Named] = Balancer(Policy.LEAST_REQUEST)
+    least: Balancer[Named] = Balancer(Policy.LEAST_LOAD)
+    two: Balancer[Named] = Balancer(Policy.POWER_OF_TWO, rng=random.Random(0))
+    assert (requests.pick(fleet).name, least.pick(fleet).name, two.pick(fleet).name) == ("a", "b", "b")

@@ -67,7 +67,7 @@ class Refused:
         slot = self.admission.try_acquire()
         assert slot is not None
         metrics = RouterMetrics(state, self.admission)
-        balancer: Balancer[Worker] = Balancer(Policy.LEAST_LOAD, Worker.load, Worker.wait)
+        balancer: Balancer[Worker] = Balancer(Policy.LEAST_LOAD)
         forwarder = Forwarder(self.admission, balancer, metrics, ProxyConfig(request_timeout_s=5.0))
         target = b"/v1/chat/completions"
         self.responder = Answered()

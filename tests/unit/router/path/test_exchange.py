@@ -104,7 +104,7 @@ class Setup:
         self.responder = RecordingResponder()
         self.stats: RouteStats = self.metrics.route("/v1/chat/completions")
         self.conn = Connection()
-        balancer: Balancer[Worker] = Balancer(Policy.LEAST_LOAD, Worker.load, Worker.wait)
+        balancer: Balancer[Worker] = Balancer(Policy.LEAST_LOAD)
         host = Forwarder(self.admission, balancer, self.metrics, ProxyConfig(request_timeout_s=30.0))
         request = Request(
             b"POST", b"/v1/chat/completions", [(b"content-type", b"application/json")], b"{}", False

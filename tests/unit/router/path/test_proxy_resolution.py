@@ -35,7 +35,7 @@ class RecordingResponder(Responder):
 
 def _proxy(state: RouterState) -> Proxy:
     admission = Admission(4, 4, 1.0)
-    balancer: Balancer[Worker] = Balancer(Policy.LEAST_LOAD, Worker.load, Worker.wait)
+    balancer: Balancer[Worker] = Balancer(Policy.LEAST_LOAD)
     return Proxy(
         state,
         admission,
