@@ -13,51 +13,26 @@ from __future__ import annotations
 import asyncio
 import json
 
-import h2.config
-import h2.connection
-import h2.events
 import httptools
 
+from tests.fakes.h2c_worker import H2cWorker
 from tests.fakes.relay_case import MODEL, RelayCase
 
 CONTRACT = '{"temperature": 0.5}'
 
 
-class Worker(asyncio.Protocol):
+class Worker(H2cWorker):
     """Answers each request with the status its ``user`` field names and ``max_tokens`` bytes,
     always with the same headers: one header block per status, repeated."""
 
-    def __init__(self) -> None:
-        self.h2 = h2.connection.H2Connection(
-            h2.config.H2Configuration(client_side=False, header_encoding=None)
-        )
-        self.transport: asyncio.Transport | None = None
-        self.bodies: dict[int, bytes] = {}
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.h2.initiate_connection()
-        transport.write(self.h2.data_to_send())
-
-    def data_received(self, data: bytes) -> None:
-        for event in self.h2.receive_data(data):
-            if isinstance(event, h2.events.RequestReceived):
-                self.bodies[event.stream_id] = b""  # type: ignore[index]
-            elif isinstance(event, h2.events.DataReceived):
-                self.bodies[event.stream_id] += event.data  # type: ignore[index,operator]
-                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)  # type: ignore[arg-type]
-            elif isinstance(event, h2.events.StreamEnded):
-                sid: int = event.stream_id  # type: ignore[assignment]
-                fields = json.loads(self.bodies.pop(sid))
-                status = int(fields.get("user", 200))  # the warm-up (``RelayCase.client``): 200
-                body = b"b" * fields["max_tokens"] if status not in (204, 304) else b""
-                head = [(b":status", b"%d" % status), (b"content-type", b"text/plain"), (b"x-worker", b"w1")]
-                self.h2.send_headers(sid, head, end_stream=not body)
-                if body:
-                    self.h2.send_data(sid, body, end_stream=True)
-        assert self.transport is not None
-        self.transport.write(self.h2.data_to_send())
+    def request_ended(self, stream_id: int, body: bytes) -> None:
+        fields = json.loads(body)
+        status = int(fields.get("user", 200))  # the warm-up (``RelayCase.client``): 200
+        data = b"b" * fields["max_tokens"] if status not in (204, 304) else b""
+        head = [(b":status", b"%d" % status), (b"content-type", b"text/plain"), (b"x-worker", b"w1")]
+        self.h2.send_headers(stream_id, head, end_stream=not data)
+        if data:
+            self.h2.send_data(stream_id, data, end_stream=True)
 
 
 class Case(RelayCase):

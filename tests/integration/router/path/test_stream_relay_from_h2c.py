@@ -16,12 +16,11 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 
-import h2.config
-import h2.connection
 import h2.events
 import pytest
 from h2.errors import ErrorCodes
 
+from tests.fakes.h2c_worker import H2cWorker
 from tests.fakes.polling import until
 from tests.fakes.relay_case import SMALL_ANSWER, RelayCase, post, read_chunked
 
@@ -31,55 +30,34 @@ EVENT = b"data: " + b"x" * (64 * 1024 - 8) + b"\n\n"  # 64 KiB per event
 EVENTS = 512  # 32 MiB: far more than the socket buffers, the stream window and the high water
 
 
-class Worker(asyncio.Protocol):
+class Worker(H2cWorker):
     """One h2c connection of the scripted worker; ``Case.streamed`` answers each streamed request."""
 
     def __init__(self, case: Case) -> None:
+        super().__init__()
         self.case = case
-        self.h2 = h2.connection.H2Connection(
-            h2.config.H2Configuration(client_side=False, header_encoding=None)
-        )
-        self.transport: asyncio.Transport | None = None
-        self.bodies: dict[int, bytes] = {}
         self.window = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.h2.initiate_connection()
-        self.flush()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.case.worker_conn_closed.set()
         for task in self.tasks:
             task.cancel()
 
-    def flush(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(self.h2.data_to_send())
+    def request_ended(self, stream_id: int, body: bytes) -> None:
+        task = asyncio.get_running_loop().create_task(self.answer(stream_id, body))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
-    def data_received(self, data: bytes) -> None:
-        for event in self.h2.receive_data(data):
-            if isinstance(event, h2.events.RequestReceived):
-                self.bodies[event.stream_id] = b""  # type: ignore[index]
-            elif isinstance(event, h2.events.DataReceived):
-                self.bodies[event.stream_id] += event.data  # type: ignore[index,operator]
-                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)  # type: ignore[arg-type]
-            elif isinstance(event, h2.events.StreamEnded):
-                sid: int = event.stream_id  # type: ignore[assignment]
-                task = asyncio.get_running_loop().create_task(self.answer(sid))
-                self.tasks.add(task)
-                task.add_done_callback(self.tasks.discard)
-            elif isinstance(event, h2.events.StreamReset):
-                self.case.resets.append((event.stream_id, event.error_code))  # type: ignore[arg-type]
-                self.window.set()
-            elif isinstance(event, h2.events.WindowUpdated):
-                self.window.set()
-        self.flush()
+    def on_event(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.StreamReset):
+            self.case.resets.append((event.stream_id, event.error_code))  # type: ignore[arg-type]
+            self.window.set()
+        elif isinstance(event, h2.events.WindowUpdated):
+            self.window.set()
 
-    async def answer(self, sid: int) -> None:
-        if json.loads(self.bodies[sid]).get("max_tokens") == 1:  # the warm-up
+    async def answer(self, sid: int, body: bytes) -> None:
+        if json.loads(body).get("max_tokens") == 1:  # the warm-up
             self.h2.send_headers(sid, [(b":status", b"200"), (b"content-type", b"application/json")])
             self.h2.send_data(sid, SMALL_ANSWER, end_stream=True)
             self.flush()

@@ -6,45 +6,18 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
-import h2.config
-import h2.connection
-import h2.events
-
 from dataplane.router.body import SplicedBody
 from dataplane.router.upstream.h2c.pool import H2Pool
+from tests.fakes.h2c_worker import H2cWorker
 
 
-class _HashServer(asyncio.Protocol):
+class _HashServer(H2cWorker):
     """One h2c connection answering each stream with the sha256 of its body (and its length)."""
 
-    def __init__(self) -> None:
-        self.h2 = h2.connection.H2Connection(
-            h2.config.H2Configuration(client_side=False, header_encoding=None)
-        )
-        self.bodies: dict[int, hashlib._Hash] = {}
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.h2.initiate_connection()
-        transport.write(self.h2.data_to_send())
-
-    def data_received(self, data: bytes) -> None:
-        for event in self.h2.receive_data(data):
-            if isinstance(event, h2.events.RequestReceived):
-                self.bodies[event.stream_id] = hashlib.sha256()
-            elif isinstance(event, h2.events.DataReceived):
-                sid: int = event.stream_id
-                self.bodies[sid].update(event.data)
-                self.h2.acknowledge_received_data(event.flow_controlled_length, sid)
-            elif isinstance(event, h2.events.StreamEnded):
-                sid = event.stream_id
-                digest = self.bodies.pop(sid).hexdigest().encode()
-                self.h2.send_headers(sid, [(b":status", b"200"), (b"content-length", b"%d" % len(digest))])
-                self.h2.send_data(sid, digest, end_stream=True)
-        assert self.transport is not None
-        self.transport.write(self.h2.data_to_send())
+    def request_ended(self, stream_id: int, body: bytes) -> None:
+        digest = hashlib.sha256(body).hexdigest().encode()
+        self.h2.send_headers(stream_id, [(b":status", b"200"), (b"content-length", b"%d" % len(digest))])
+        self.h2.send_data(stream_id, digest, end_stream=True)
 
 
 async def test_spliced_body_arrives_exactly_over_h2c() -> None:
