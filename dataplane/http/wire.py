@@ -113,35 +113,31 @@ def body_allowed(status: int) -> bool:
 
 
 _CRLF: Final = b"\r\n"
-# The content-length lines of the answer sizes seen (a bounded table: a lookup instead of
-# formatting the number per answer; sizes past the bound are formatted as before).
+# The content-length lines and the Content-Length values seen, formatted once each (bounded
+# tables: a lookup instead of formatting the number per answer or request; numbers past the
+# bound are formatted as before).
 _LENGTH_LINES: Final[dict[int, bytes]] = {}
+_DECIMALS: Final[dict[int, bytes]] = {}
 _LENGTH_LINES_MAX: Final = 4096
+
+
+def _formatted(table: dict[int, bytes], template: bytes, n: int) -> bytes:
+    text = table.get(n)
+    if text is None:
+        text = template % n
+        if len(table) < _LENGTH_LINES_MAX:
+            table[n] = text
+    return text
 
 
 def length_line(n: int) -> bytes:
     """The header line ``content-length: n`` with its CRLF."""
-    line = _LENGTH_LINES.get(n)
-    if line is None:
-        line = b"content-length: %d\r\n" % n
-        if len(_LENGTH_LINES) < _LENGTH_LINES_MAX:
-            _LENGTH_LINES[n] = line
-    return line
-
-
-# Content-Length values seen, as ASCII digits (bounded like ``_LENGTH_LINES``): a lookup
-# instead of formatting the number per request.
-_DECIMALS: Final[dict[int, bytes]] = {}
+    return _formatted(_LENGTH_LINES, b"content-length: %d\r\n", n)
 
 
 def decimal(n: int) -> bytes:
     """``n`` in ASCII decimal digits."""
-    digits = _DECIMALS.get(n)
-    if digits is None:
-        digits = b"%d" % n
-        if len(_DECIMALS) < _LENGTH_LINES_MAX:
-            _DECIMALS[n] = digits
-    return digits
+    return _formatted(_DECIMALS, b"%d", n)
 
 
 # Headers the server itself decides on HTTP/1.1 (RFC 9112 §6, §9.6): the handler's are dropped.
