@@ -193,9 +193,9 @@ class Exchange(ResponseListener):
         waited = perf_counter() - self._started
         timing.first_byte.observe(waited)
         answer: bytes | None = None
+        status = response.status
+        headers = response.headers
         if isinstance(response, H1Response):
-            status = response.status
-            headers = response.headers
             # An answer that came whole and needs no change of its head goes to an HTTP/1.1
             # client as the worker wrote it (no header list encoded again).
             if responder.takes_as_is:
@@ -203,8 +203,6 @@ class Exchange(ResponseListener):
             complete = b"" if answer is not None else response.buffered_body()
         else:
             complete = response.buffered_body()
-            status = response.status
-            headers = response.headers
             if complete is not None and len(complete) <= JOIN_BODY_MAX and responder.takes_as_is:
                 # An h2c worker's complete answer to an HTTP/1.1 client: its head is encoded
                 # once per header list (``Host.h1_head``), then framed and joined with the body.
