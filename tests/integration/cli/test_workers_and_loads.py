@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -110,9 +109,13 @@ async def test_loads_table_shows_freshness_and_kv_bar(tmp_path: Path) -> None:
         ctx.destroy(linger=0)
 
 
-def _inherit(disposition: signal.Handlers) -> Callable[[], None]:
-    """Start the child with SIGINT at ``disposition``, as a shell's background job inherits SIG_IGN."""
-    return lambda: signal.signal(signal.SIGINT, disposition)  # type: ignore[func-returns-value]
+# Sets SIGINT to the disposition named by argv[1] (kept across exec, as a shell's background job
+# inherits SIG_IGN), then execs the rest of argv. Not a ``preexec_fn``: that is a real fork of this
+# process, which runs gRPC threads, and such a fork can break the child before it execs.
+_WITH_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, getattr(signal, sys.argv[1])); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])"
+)
 
 
 @pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["default", "inherited-ignored"])
@@ -123,9 +126,9 @@ async def test_loads_watch_refreshes_until_ctrl_c(tmp_path: Path, sigint: signal
         cp = ("--control-plane", str(plane.grpc_address))
         await add_worker(cp, "tcp://127.0.0.1:9")
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "controlplane.cli.main", "loads", "--watch", "--output", "json", *cp,
+            sys.executable, "-c", _WITH_SIGINT, sigint.name,
+            "-m", "controlplane.cli.main", "loads", "--watch", "--output", "json", *cp,
             cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-            preexec_fn=_inherit(sigint),
         )  # fmt: skip
         try:
             assert proc.stdout is not None
