@@ -184,6 +184,10 @@ class Exchange(ResponseListener):
         self.resend: Resend | None = None
 
     # -- upstream.ResponseListener ---------------------------------------------------------
+    def takes_raw(self) -> bool:
+        # A stream is relayed event by event, never as it came (its head lists chunked).
+        return not self._stream and self._responder.takes_as_is
+
     def on_response(self, response: StreamedResponse) -> None:
         self.conn = None
         responder = self._responder
@@ -194,14 +198,19 @@ class Exchange(ResponseListener):
         timing.first_byte.observe(waited)
         answer: bytes | None = None
         status = response.status
-        headers = response.headers
         if isinstance(response, H1Response):
             # An answer that came whole and needs no change of its head goes to an HTTP/1.1
             # client as the worker wrote it (no header list encoded again).
             if responder.takes_as_is:
                 answer = response.as_is(self._proxy.h1_lines(self._extra))
-            complete = b"" if answer is not None else response.buffered_body()
+            if answer is None:
+                complete = response.buffered_body()
+                headers = response.read_fields()
+            else:
+                complete = b""
+                headers = response.headers  # unlisted if lean: read_fields below if unsent
         else:
+            headers = response.headers
             complete = response.buffered_body()
             if complete is not None and len(complete) <= JOIN_BODY_MAX and responder.takes_as_is:
                 # An h2c worker's complete answer to an HTTP/1.1 client: its head is encoded
@@ -253,6 +262,7 @@ class Exchange(ResponseListener):
                     # This client's answer needs a head of its own after all (h2c's body is
                     # already in ``complete``).
                     complete = response.buffered_body() or b""
+                    headers = response.read_fields()
                 extra = self._extra
                 responder.respond(status, headers + extra if extra else headers, complete)
             if worker.consecutive_failures:  # record_success() only matters after failures

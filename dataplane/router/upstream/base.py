@@ -178,6 +178,12 @@ class ResponseListener:
         """The head arrived (``buffered_body()`` says whether the body did too)."""
         raise NotImplementedError
 
+    def takes_raw(self) -> bool:
+        """Whether the answer will go to an HTTP/1.1 client as the worker wrote it if it can
+        (``H1Response.as_is``): an HTTP/1.1 connection then parses its head without listing
+        its headers, and lists them only if it cannot (``H1Response.read_fields``)."""
+        return False
+
     def on_failure(self, error: RouterError) -> None:
         """The exchange failed before the head arrived (``UpstreamTimeout`` or
         ``UpstreamBodyIncomplete``: the request bytes were written, so never retried)."""

@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Final, cast
 
 import httptools
@@ -82,9 +83,80 @@ _SLACK_S: Final = 0.001  # a deadline within this much is due now (uvloop's time
 _find: Final = bytes.find
 
 
+def _plain_names(lines: bytes) -> bool:
+    """Whether no header line of ``lines`` (a head's header lines, CRLF-separated, without the
+    status line) can name a header the proxy drops (``DROPPED``) other than Content-Length.
+
+    A filter over a head llhttp has parsed, so every line is ``name:value`` with a token name
+    (RFC 9112 §5): the names dropped begin with k, t, u, p, h or e, or are "connection" (the
+    only one beginning with c whose fourth letter is n), in any case. False for any line it
+    cannot clear (a false alarm costs the header list, never a wrong answer). Written by hand:
+    httptools hands a parser's headers over only through ``on_header``, a Python call per
+    header (~2k instructions each); this is one ``split`` and a byte test per line.
+    """
+    for line in lines.split(b"\r\n"):
+        if len(line) < 4:
+            return False
+        first = line[0] | 0x20  # lower-cased, for a letter
+        if first == 0x63:  # c
+            if line[3] | 0x20 == 0x6E:  # con-n-ection
+                return False
+        elif (
+            first == 0x6B or first == 0x74 or first == 0x75 or first == 0x70 or first == 0x68 or first == 0x65
+        ):
+            return False  # k t u p h e
+    return True
+
+
 class UnaskedAnswer(Exception):
     """Raised from the parser's ``on_message_begin`` to stop it: a worker began an answer while
     no request of ours was waiting for one (after an answer, in the same read, or while idle)."""
+
+
+class _Replay(Exception):
+    """Raised from the lean parser's ``on_headers_complete`` to stop it: the read must be parsed
+    again, from its start, by the parser that lists headers (``H1Connection._to_full``)."""
+
+
+class HeadFields:
+    """A head's header list as the router keeps it, from httptools' ``on_header``: names
+    lower-cased, no hop-by-hop or framing header (``DROPPED``); and what those said."""
+
+    __slots__ = ("delimited", "headers", "length_seen", "plain", "size")
+
+    def __init__(self) -> None:
+        self.headers: Headers = []
+        self.size = 0  # bytes of names and values: the head is longer than this
+        self.plain = True  # no hop-by-hop or framing header but Content-Length
+        self.length_seen = False
+        self.delimited = False  # body length known (Content-Length or chunked)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = lower_name(name)
+        self.size += len(name) + len(value)
+        if name not in DROPPED:
+            self.headers.append((name, value))
+        elif name == b"content-length":
+            self.delimited = self.length_seen = True
+        else:
+            # Hop-by-hop (RFC 9110 §7.6.1) or framing: the head cannot go to a client as it came.
+            self.plain = False
+            if name == b"transfer-encoding":
+                self.delimited = True
+
+    def clear(self) -> None:
+        self.headers = []
+        self.size = 0
+        self.plain = True
+        self.length_seen = self.delimited = False
+
+
+def read_head(head: bytes) -> HeadFields:
+    """The header list of a complete head (status line to the empty line) that was parsed
+    without one: the lean parser's answers that need it after all."""
+    fields = HeadFields()
+    httptools.HttpResponseParser(fields).feed_data(head)
+    return fields
 
 
 class H1Response(StreamedResponse):
@@ -100,6 +172,7 @@ class H1Response(StreamedResponse):
         "_raw",
         "_sink",
         "_size",
+        "_unread",
         "_waiter",
         "headers",
         "status",
@@ -113,6 +186,9 @@ class H1Response(StreamedResponse):
         # HTTP/1.1 client as it came (``as_is``); and a lower bound of the head's length.
         self._raw = b""
         self._head_min = 0
+        # Parsed without its header list (a lean exchange: ``H1Connection.send_to``), which
+        # ``read_fields`` reads from ``_raw`` if the answer does not go as it came after all.
+        self._unread = False
         # A list, not a deque: compiled (scripts/build_mypyc.sh), its append, pop and clear are
         # native operations where a deque's are generic method calls (once per chunk).
         self._chunks: list[bytes] = []
@@ -194,6 +270,14 @@ class H1Response(StreamedResponse):
         self._size = 0
         return body
 
+    def read_fields(self) -> Headers:
+        """``headers``, read from the head now if the connection listed none (a lean exchange
+        whose answer could go as it came, but goes to its client encoded anew after all)."""
+        if self._unread:
+            self._unread = False
+            self.headers = read_head(self._raw[: self._head_min + 4]).headers
+        return self.headers
+
     def as_is(self, extra: bytes) -> bytes | None:
         """The whole answer as the worker sent it, with the header lines ``extra`` added after
         its own, when it can go to an HTTP/1.1 client unchanged (else None: encode it anew).
@@ -201,9 +285,10 @@ class H1Response(StreamedResponse):
         That is when it came complete in the one read that began with its head (a status line of
         HTTP/1.1 as ``wire.STATUS_LINES`` writes it, so no interim answer or stray byte came
         first), framed by Content-Length with no hop-by-hop header (the connection checked
-        that, ``H1Connection.on_header``), the worker keeping the connection open, and nothing
-        after its body. llhttp refuses a head line without CRLF and obs-fold (RFC 9112 §5.2), so
-        the first CRLF CRLF from a point inside the head is its end. Forwarding these bytes
+        that: ``HeadFields``, or ``H1Connection._settle`` for a head it did not list), the
+        worker keeping the connection open, and nothing after its body. llhttp refuses a head
+        line without CRLF and obs-fold (RFC 9112 §5.2), so the first CRLF CRLF from a point
+        inside the head is its end. Forwarding these bytes
         instead of parsing them into a header list and encoding that again (``encode_h1_head``)
         is what the floor of a proxy does (bench/README.md, "router_floor").
         """
@@ -213,12 +298,15 @@ class H1Response(StreamedResponse):
         chunks = self._chunks
         if len(chunks) > 1:
             return None
-        line = STATUS_LINES.get(self.status)
-        if line is None or not raw.startswith(line):
-            return None
-        end = _find(raw, b"\r\n\r\n", self._head_min)
-        if end < 0 or end + 4 + (len(chunks[0]) if chunks else 0) != len(raw):
-            return None
+        if self._unread:
+            end = self._head_min  # all checked after its read (``H1Connection._settle``)
+        else:
+            line = STATUS_LINES.get(self.status)
+            if line is None or not raw.startswith(line):
+                return None
+            end = _find(raw, b"\r\n\r\n", self._head_min)
+            if end < 0 or end + 4 + (len(chunks[0]) if chunks else 0) != len(raw):
+                return None
         if not extra:
             return raw
         cut = end + 2  # after the last header line's CRLF
@@ -310,11 +398,30 @@ class H1Connection(asyncio.Protocol):
         self._pool = pool
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._parser = httptools.HttpResponseParser(self)
-        # Bound once: compiled, a call by name looks the method up on every call.
-        self._feed: Callable[[bytes], None] = self._parser.feed_data
-        self._status_code: Callable[[], int] = self._parser.get_status_code
-        self._keeps_alive: Callable[[], bool] = self._parser.should_keep_alive
+        # Two parsers, each at the start of an answer between exchanges: one that lists the
+        # headers (httptools calls ``on_header`` once per header, ~2k instructions each), and
+        # a lean one, for an answer that goes to an HTTP/1.1 client as it came: its head is
+        # only checked (``_lean_head``), its header list read only if needed after all.
+        self._fields = HeadFields()
+        self._full = httptools.HttpResponseParser(
+            # The connection's own methods, and the fields' on_header: httptools binds what the
+            # protocol object has when the parser is made.
+            SimpleNamespace(
+                on_message_begin=self.on_message_begin,
+                on_header=self._fields.on_header,
+                on_headers_complete=self.on_headers_complete,
+                on_body=self.on_body,
+                on_message_complete=self.on_message_complete,
+            )
+        )
+        self._lean_parser = httptools.HttpResponseParser(self)
+        self._lean = False  # the exchange in flight is parsed by the lean parser
+        self._lean_ok = True  # False once this worker sent a head that needed its list
+        self._replaying = False  # the lean parser stopped (_Replay): parse the read again
+        # The parser in use, bound once: compiled, a call by name looks the method up each time.
+        self._feed: Callable[[bytes], None] = self._full.feed_data
+        self._status_code: Callable[[], int] = self._full.get_status_code
+        self._keeps_alive: Callable[[], bool] = self._full.should_keep_alive
         self.lost = False
         self.idle_since = 0.0
         # Per exchange: told of the head by a future (``send``) or a listener (``send_to``).
@@ -323,15 +430,10 @@ class H1Connection(asyncio.Protocol):
         self._ready: H1Response | None = None  # head parsed, listener told after the read
         self._response: H1Response | None = None
         self._streaming: H1Response | None = None  # relayed to a sink: flushed after each read
-        self._headers: Headers = []
         # The read being parsed, while it is the exchange's first (its head may be forwarded as
-        # it came: ``H1Response.as_is``); the head's name and value bytes so far; whether the
-        # head so far could go to a client unchanged (no hop-by-hop header, and Content-Length).
+        # it came: ``H1Response.as_is``).
         self._first_read = False
         self._read = b""
-        self._head_bytes = 0
-        self._as_is = True
-        self._length_seen = False
         self.deadline = 0.0  # the next one of the exchange in flight; the pool's one timer
         self._timed = False  # in the pool's set of exchanges with a deadline
         self._final = 0.0  # the whole exchange's deadline (timeout_s)
@@ -339,7 +441,7 @@ class H1Connection(asyncio.Protocol):
         self._first_byte_s = pool.timeouts.first_byte_s
         self._idle_s = pool.timeouts.idle_s
         self._keep_alive = False
-        self._delimited = False  # body length known (Content-Length or chunked)
+        self._delimited = False  # the answer's body length known (Content-Length or chunked)
         # A request written and its final answer not complete yet: an answer may begin.
         self._in_flight = False
 
@@ -356,18 +458,18 @@ class H1Connection(asyncio.Protocol):
         if self._first_read:
             self._first_read = False
             self._read = data
-        try:
-            self._feed(data)
-        except httptools.HttpParserUpgrade:
-            self._fail(UpstreamBodyIncomplete())
-        except httptools.HttpParserError:
-            if self._in_flight:
-                self._fail(UpstreamBodyIncomplete())
-            else:
-                self._drop()
+            self._parse(data)
+            if self._lean and self._in_flight and self._response is None and not self.lost:
+                # The head did not end in the exchange's first read, so the bytes it would be
+                # read from are not kept: the header-listing parser takes the answer instead.
+                self._to_full(data)
+        else:
+            self._parse(data)
         self._read = b""
         unfinished = self._response
         if unfinished is not None:
+            if unfinished._unread:
+                self._list_head(unfinished)
             unfinished._raw = b""  # not whole in one read: never forwarded as is (nor kept)
         if self._timed:  # still in flight after this read (a complete answer is unwatched)
             self._heard_now()
@@ -379,12 +481,44 @@ class H1Connection(asyncio.Protocol):
             streaming._flush()
         ready = self._ready
         if ready is not None:
+            if ready._unread:
+                self._settle(ready)
             # Told after the whole read was parsed, so a small answer arrives complete (the
             # listener answers it in one write) and the connection is already back in the pool.
             listener = self._listener
             self._ready = self._listener = None
             if listener is not None:
                 listener.on_response(ready)
+
+    def _parse(self, data: bytes) -> None:
+        try:
+            self._feed(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(UpstreamBodyIncomplete())
+        except httptools.HttpParserError:
+            if self._replaying:
+                self._replaying = False
+                self._to_full(data)
+            elif self._in_flight:
+                self._fail(UpstreamBodyIncomplete())
+            else:
+                self._drop()
+
+    def _to_full(self, data: bytes) -> None:
+        """The exchange's first read (``data``, which begins its answer) again, from its start,
+        through the header-listing parser: the lean one stopped inside the answer, so it is
+        replaced (httptools has no reset)."""
+        self._lean_parser = httptools.HttpResponseParser(self)
+        self._use(False)
+        self._read = data
+        self._parse(data)
+
+    def _use(self, lean: bool) -> None:
+        parser = self._lean_parser if lean else self._full
+        self._lean = lean
+        self._feed = parser.feed_data
+        self._status_code = parser.get_status_code
+        self._keeps_alive = parser.should_keep_alive
 
     def eof_received(self) -> bool:
         self._on_closed()
@@ -401,39 +535,31 @@ class H1Connection(asyncio.Protocol):
             # stands; the connection is never used again (``data_received``).
             raise UnaskedAnswer()
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        name = lower_name(name)
-        self._head_bytes += len(name) + len(value)
-        if name not in DROPPED:
-            self._headers.append((name, value))
-        elif name == b"content-length":
-            self._delimited = self._length_seen = True
-        else:
-            # Hop-by-hop (RFC 9110 §7.6.1) or framing: the head cannot go to a client as it came.
-            self._as_is = False
-            if name == b"transfer-encoding":
-                self._delimited = True
+    # No ``on_header``: the lean parser's protocol is the connection itself, and httptools
+    # calls back only what the protocol has. The full parser's is ``HeadFields.on_header``.
 
     def on_headers_complete(self) -> None:
         status = self._status_code()
         if 100 <= status < 200:  # interim answer (RFC 9110 §15.2): the final one follows
-            self._headers = []
+            if self._lean:
+                # The final head may follow in this read, not at its start: not lean.
+                self._replaying = True
+                raise _Replay()
+            self._fields.clear()
             self._read = b""  # the final head does not begin this read
-            self._head_bytes = 0
-            self._as_is = True
-            self._length_seen = False
             return
         keep_alive = self._keep_alive = self._keeps_alive()
-        headers = self._headers
-        self._headers = []
-        response = H1Response(self, status, headers)
-        if self._read and self._as_is and self._length_seen and keep_alive:
-            response._raw = self._read
-            # "HTTP/1.1 NNN" plus every name and value: the head's last CRLF CRLF lies beyond.
-            response._head_min = 12 + self._head_bytes
-        self._head_bytes = 0
-        self._as_is = True
-        self._length_seen = False
+        if self._lean:
+            response = self._lean_head(status, keep_alive)
+        else:
+            fields = self._fields
+            response = H1Response(self, status, fields.headers)
+            self._delimited = fields.delimited
+            if self._read and fields.plain and fields.length_seen and keep_alive:
+                response._raw = self._read
+                # "HTTP/1.1 NNN" plus every name and value: the head's last CRLF CRLF lies beyond.
+                response._head_min = 12 + fields.size
+            fields.clear()
         self._response = response
         if self._listener is not None:
             self._ready = response
@@ -442,6 +568,52 @@ class H1Connection(asyncio.Protocol):
         self._head_waiter = None
         if waiter is not None and not waiter.done():
             waiter.set_result(response)
+
+    def _lean_head(self, status: int, keep_alive: bool) -> H1Response:
+        """The answer's head, parsed by the lean parser from the exchange's first read (which
+        it begins), its headers not listed. Whether it may go to a client as it came is
+        settled once the read is parsed (``_settle``), when the body's length tells where the
+        head ends; a head that cannot has its list read now (``_list_head``)."""
+        raw = self._read
+        response = H1Response(self, status, [])
+        response._raw = raw
+        response._unread = True
+        line = STATUS_LINES.get(status)
+        # Kept alive, with a body, and (``_settle``) without Transfer-Encoding: framed by
+        # Content-Length, as ``HeadFields`` requires of a head that goes as it came.
+        if not keep_alive or status == 204 or status == 304 or line is None or not raw.startswith(line):
+            self._list_head(response)
+        else:
+            response._head_min = len(line)  # where its header lines begin, for _settle
+        return response
+
+    def _settle(self, response: H1Response) -> None:
+        """After the read that began it: a lean answer goes as it came if that read holds
+        exactly its head and its whole body, and no header line of the head can name a header
+        the proxy drops (``_plain_names``); else its header list is read now."""
+        raw = response._raw
+        chunks = response._chunks
+        if response._done and response._error is None and len(chunks) <= 1:
+            # Where the head ends if nothing came after the body: checked, and the header
+            # lines before it hold no empty line (else the head ended earlier, bytes followed).
+            end = len(raw) - (len(chunks[0]) if chunks else 0) - 4
+            lines = response._head_min
+            if lines <= end and raw[end : end + 4] == b"\r\n\r\n" and _plain_names(raw[lines:end]):
+                response._head_min = end
+                return
+        self._list_head(response)
+
+    def _list_head(self, response: H1Response) -> None:
+        """A lean answer that does not go as it came: its header list, read from its head."""
+        raw = response._raw
+        fields = read_head(raw[: _find(raw, b"\r\n\r\n") + 4])
+        response.headers = fields.headers
+        response._unread = False
+        response._raw = b""  # never forwarded as is
+        if response is self._response:  # still in flight: how its body ends
+            self._delimited = fields.delimited
+        if not fields.plain:
+            self._lean_ok = False  # this worker's heads need their list: list them as they come
 
     def on_body(self, body: bytes) -> None:
         if self._response is not None:
@@ -474,6 +646,8 @@ class H1Connection(asyncio.Protocol):
         A plain function returning the future (not a coroutine): one frame less per request.
         """
         transport = self._writable()
+        if self._lean:
+            self._use(False)
         waiter: asyncio.Future[H1Response] = self._loop.create_future()
         self._head_waiter = waiter
         self._write(transport, head, body, now, deadline)
@@ -488,6 +662,9 @@ class H1Connection(asyncio.Protocol):
             self.close()
             raise UpstreamUnreachable()
         self._listener = listener
+        lean = self._lean_ok and listener.takes_raw()
+        if lean != self._lean:
+            self._use(lean)
         self._write(transport, head, body, now, deadline)
 
     def abandon(self) -> None:
