@@ -60,6 +60,20 @@ class _Client:
         self._headers, self._body = {}, b""
 
 
+class _Cases:
+    """The cases the worker was asked, in order: each request's message names its case."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def small(self, fields: dict[str, Any]) -> bool:
+        """``Http1Case``'s choice: the warm-up gets the small answer, every case is recorded."""
+        if is_warm_up(fields):
+            return True
+        self.names.append(fields["messages"][0]["content"])
+        return False
+
+
 async def _answers(reader: asyncio.StreamReader, n: int) -> list[tuple[int, dict[bytes, bytes], bytes]]:
     client = _Client()
     while len(client.answers) < n:
@@ -73,15 +87,10 @@ async def test_every_answer_reaches_the_client_with_the_workers_headers() -> Non
     """Whole in one write; head and body in two reads; after a 103; with a Keep-Alive header
     (which must not pass); then whole again: each answer arrives with its status, the worker's
     own headers and its body, and the connection to the worker stays in use."""
-    cases: list[str] = []
-
-    def small(fields: dict[str, Any]) -> bool:
-        if not is_warm_up(fields):
-            cases.append(fields["messages"][0]["content"])
-        return is_warm_up(fields)
+    cases = _Cases()
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        case = cases[-1]
+        case = cases.names[-1]
         if case == "split":
             writer.write(_head(case))
             await writer.drain()
@@ -95,7 +104,7 @@ async def test_every_answer_reaches_the_client_with_the_workers_headers() -> Non
             writer.write(_head(case) + BODY)
         await writer.drain()
 
-    async with Http1Case(answer, small=small) as case:
+    async with Http1Case(answer, small=cases.small) as case:
         reader, writer = await case.client()
         sequence = ["whole", "split", "early", "keep-alive", "whole-again"]
         for name in sequence:
@@ -105,7 +114,7 @@ async def test_every_answer_reaches_the_client_with_the_workers_headers() -> Non
             assert headers[b"x-case"] == name.encode() and headers[b"content-type"] == b"application/json"
             assert headers[b"content-length"] == b"%d" % len(BODY)
             assert b"keep-alive" not in headers and b"connection" not in headers
-        assert cases == sequence
+        assert cases.names == sequence
         await until(lambda: case.counts()[:3] == (0, 0, {200: 1, 201: len(sequence)}))
         assert not case.worker_conn_closed.is_set()
         writer.close()
@@ -116,18 +125,13 @@ async def test_an_answer_whose_client_closes_after_the_next_request_keeps_its_he
     was sent to the worker while its answer could still go as it came, and arrives once the
     client connection is closing, so its head is written anew from the worker's headers; both
     answers arrive whole, then the router closes the connection."""
-    cases: list[str] = []
-
-    def small(fields: dict[str, Any]) -> bool:
-        if not is_warm_up(fields):
-            cases.append(fields["messages"][0]["content"])
-        return is_warm_up(fields)
+    cases = _Cases()
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(_head(cases[-1]) + BODY)
+        writer.write(_head(cases.names[-1]) + BODY)
         await writer.drain()
 
-    async with Http1Case(answer, small=small) as case:
+    async with Http1Case(answer, small=cases.small) as case:
         reader, writer = await case.client()
         writer.write(_request("first") + _request("last", close=True))
         answers = await _answers(reader, 2)
