@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, cast
 
-from dataplane.http.wire import Headers
+from dataplane.http.wire import BoxedHeaders, Headers
 
 _REQUEST_PSEUDO: Final = frozenset({b":method", b":scheme", b":authority", b":path"})
 # RFC 9113 §8.2.2; ``te`` is allowed with the value "trailers" only.
@@ -86,15 +86,17 @@ def request_fields(fields: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, bytes,
     9113 §8.2.3: what an HTTP/1.1 hop needs)."""
     method = scheme = path = authority = host = None
     length = -1
-    headers: Headers = []
+    headers: BoxedHeaders = []
     cookies: list[bytes] | None = None
     cookie_at = 0
     try:
-        for name, value in fields:
+        for item in cast("Iterable[tuple[bytes, ...]]", fields):
+            name = item[0]
+            value = item[1]
             if value:
                 _check_value(name, value)
             if name in _plain_names:
-                headers.append((name, value))
+                headers.append(item)
                 continue
             if name in _REQUEST_PSEUDO:
                 # RFC 9113 §8.3: pseudo-headers come first, each at most once.
@@ -139,7 +141,7 @@ def request_fields(fields: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, bytes,
                 _check_name(name)
                 if len(_plain_names) < _PLAIN_NAMES_MAX:
                     _plain_names.add(name)
-            headers.append((name, value))
+            headers.append(item)
         _check_pseudo(method, scheme, path, authority, host)
     except MalformedRequest as exc:
         exc.target = path or b""
@@ -148,7 +150,7 @@ def request_fields(fields: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, bytes,
         headers[cookie_at] = (b"cookie", b"; ".join(cookies))
     if authority is not None and host is None:
         headers.append((b"host", authority))
-    return method or b"", path or b"", headers, length
+    return method or b"", path or b"", cast(Headers, headers), length
 
 
 def _check_pseudo(

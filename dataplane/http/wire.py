@@ -28,6 +28,11 @@ CONTINUE_100: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 LAST_CHUNK: Final = b"0\r\n\r\n"
 
 Headers = list[tuple[bytes, bytes]]
+# The same list, for code that moves its items into another list. Compiled (scripts/
+# build_mypyc.sh), an item typed ``tuple[bytes, bytes]`` is unboxed when read from a list and
+# boxed again, a new tuple, when appended to another; typed as a variable-length tuple, it
+# stays the list's own object (``cast`` to this type and back costs a type check).
+BoxedHeaders = list[tuple[bytes, ...]]
 
 
 # Header names as received -> lower-cased (RFC 9110 §5.1: case-insensitive), one object per

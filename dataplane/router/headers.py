@@ -9,9 +9,10 @@ those are dropped too. HTTP/2 pseudo-headers (``:authority`` …) never cross to
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, cast
 
 from dataplane.errors import BadRequest
+from dataplane.http.wire import BoxedHeaders
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -42,13 +43,27 @@ CODED: Final[frozenset[bytes]] = frozenset({b"content-encoding", b"x-body-compre
 _NOTED: Final[frozenset[bytes]] = DROPPED | CODED
 
 
-def connection_tokens(headers: Headers) -> frozenset[bytes]:
-    """The header names listed in ``Connection`` (RFC 9110 §7.6.1), lower-cased."""
-    names: set[bytes] = set()
-    for name, value in headers:
-        if name == b"connection":
-            names.update(t.strip().lower() for t in value.split(b",") if t.strip())
-    return frozenset(names)
+def connection_options(value: bytes) -> frozenset[bytes]:
+    """The header names one ``Connection`` value lists (RFC 9110 §7.6.1), lower-cased."""
+    return frozenset(t.strip().lower() for t in value.split(b",") if t.strip())
+
+
+# The options of the Connection values seen, less the names dropped anyway (clients send
+# "keep-alive" or "close" on nearly every request: reading a value costs ~4k instructions
+# compiled, a lookup ~200). Bounded: past the cap a value is read every time it comes.
+_OPTIONS_SEEN: Final[dict[bytes, frozenset[bytes]]] = {}
+_OPTIONS_SEEN_MAX: Final = 64
+_OPTIONS_VALUE_MAX_BYTES: Final = 64
+
+
+def _options_to_drop(value: bytes) -> frozenset[bytes]:
+    """The names a Connection value lists that ``end_to_end`` would otherwise keep."""
+    names = _OPTIONS_SEEN.get(value)
+    if names is None:
+        names = connection_options(value) - DROPPED
+        if len(_OPTIONS_SEEN) < _OPTIONS_SEEN_MAX and len(value) <= _OPTIONS_VALUE_MAX_BYTES:
+            _OPTIONS_SEEN[value] = names
+    return names
 
 
 def end_to_end(headers: Headers, *, judged: bool = False) -> Headers:
@@ -57,14 +72,14 @@ def end_to_end(headers: Headers, *, judged: bool = False) -> Headers:
     ``judged``: the body is about to be judged (SPEC §5.1), so a coded body is refused
     (``BadRequest`` naming the header) rather than forwarded.
 
-    Names must already be lower-case. The common case (no ``Connection`` header) is one pass
-    with one set lookup per header, keeping the caller's tuples (a request-path hot spot: this
-    loop costs a third of a comprehension plus a second scan for ``Connection``; the coded-body
-    check rides on it for the same reason).
+    Names must already be lower-case. One pass with one set lookup per header, keeping the
+    caller's tuples (a request-path hot spot: this loop costs a third of a comprehension plus a
+    second scan for ``Connection``; the coded-body check rides on it for the same reason); a
+    second pass only when a ``Connection`` header names one not dropped anyway.
     """
-    kept: Headers = []
-    listed = False
-    for item in headers:
+    kept: BoxedHeaders = []
+    listed: frozenset[bytes] | None = None  # what Connection headers name, beyond DROPPED
+    for item in cast(BoxedHeaders, headers):
         name = item[0]
         if name in _NOTED:
             if name in CODED:
@@ -75,13 +90,13 @@ def end_to_end(headers: Headers, *, judged: bool = False) -> Headers:
                     )
                 kept.append(item)
             elif name == b"connection":
-                listed = True
+                options = _options_to_drop(item[1])
+                listed = options if listed is None else listed | options
         elif name[:1] != b":":
             kept.append(item)
-    if not listed:
-        return kept
-    names = connection_tokens(headers)
-    return [item for item in kept if item[0] not in names]
+    if listed:
+        kept = [item for item in kept if item[0] not in listed]
+    return cast(Headers, kept)
 
 
 # The client's credentials for the router (``clients``): not for the worker's eyes.
@@ -91,7 +106,7 @@ CREDENTIALS: Final[frozenset[bytes]] = frozenset({b"authorization", b"x-api-key"
 def without_credentials(headers: Headers) -> Headers:
     """``headers`` without ``Authorization`` and ``x-api-key`` (the router checked them, or
     sends its own to the worker)."""
-    return [item for item in headers if item[0] not in CREDENTIALS]
+    return cast(Headers, [item for item in cast(BoxedHeaders, headers) if item[0] not in CREDENTIALS])
 
 
 def without_control_chars(headers: Headers) -> Headers:

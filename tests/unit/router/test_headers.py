@@ -6,7 +6,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataplane.router.contract.routes import DEFAULT_ROUTES, canonical_path, split_target
-from dataplane.router.headers import end_to_end, without_control_chars
+from dataplane.router.headers import (
+    _OPTIONS_SEEN,
+    _OPTIONS_SEEN_MAX,
+    DROPPED,
+    end_to_end,
+    without_control_chars,
+)
 
 
 def test_hop_by_hop_and_framing_headers_are_dropped() -> None:
@@ -37,6 +43,67 @@ def test_headers_named_by_connection_are_dropped() -> None:
     """A header listed in Connection is hop-by-hop too (RFC 9110 §7.6.1)."""
     headers = [(b"connection", b"close, X-Secret ,foo"), (b"x-secret", b"1"), (b"foo", b"2"), (b"bar", b"3")]
     assert end_to_end(headers) == [(b"bar", b"3")]
+
+
+def test_a_connection_value_seen_before_still_drops_what_it_names() -> None:
+    """The options of a Connection value are remembered (clients repeat theirs): the second
+    request with the same value, and another Connection header beside it, drop as the first."""
+    for _ in range(2):
+        headers = [
+            (b"connection", b"Keep-Alive, X-Hop"),
+            (b"x-hop", b"1"),
+            (b"connection", b"content-encoding"),
+            (b"content-encoding", b"gzip"),
+            (b"x-end", b"2"),
+        ]
+        assert end_to_end(headers) == [(b"x-end", b"2")]
+    assert end_to_end([(b"connection", b"Keep-Alive, X-Hop"), (b"x-end", b"3")]) == [(b"x-end", b"3")]
+
+
+_NAMES = st.sampled_from([b"x-a", b"x-b", b"accept", b"keep-alive", b"close", b"content-encoding", b"te"])
+
+
+def _reference(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """RFC 9110 §7.6.1 read plainly: drop what is always dropped and every name Connection lists."""
+    named = {
+        token.strip().lower()
+        for name, value in headers
+        if name == b"connection"
+        for token in value.split(b",")
+    }
+    return [
+        (name, value)
+        for name, value in headers
+        if name not in DROPPED and name not in named and not name.startswith(b":")
+    ]
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(_NAMES, st.binary(max_size=4)),
+            st.tuples(
+                st.just(b"connection"),
+                st.lists(st.one_of(_NAMES, _NAMES.map(bytes.upper)), max_size=3).map(b" ,".join),
+            ),
+        ),
+        max_size=8,
+    )
+)
+def test_end_to_end_matches_the_rfc_whatever_connection_lists(headers: list[tuple[bytes, bytes]]) -> None:
+    """Any mix of Connection headers (values remembered or not) drops exactly what the RFC says."""
+    assert end_to_end(headers) == _reference(headers)
+    assert len(_OPTIONS_SEEN) <= _OPTIONS_SEEN_MAX
+
+
+def test_connection_values_are_remembered_within_a_bound() -> None:
+    """A client sending a new Connection value per request cannot grow the router's memory:
+    past the bound a value is read each time, with the same result."""
+    for i in range(2 * _OPTIONS_SEEN_MAX):
+        token = b"x-hop-%d" % i
+        headers = [(b"connection", b"keep-alive, " + token), (token, b"1"), (b"x-end", b"2")]
+        assert end_to_end(headers) == [(b"x-end", b"2")]
+    assert len(_OPTIONS_SEEN) <= _OPTIONS_SEEN_MAX
 
 
 def test_pseudo_headers_never_cross() -> None:

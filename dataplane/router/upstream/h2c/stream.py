@@ -28,28 +28,31 @@ worker held back by withholding credit while the sink is paused (``StreamedRespo
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeout
 from dataplane.http.h2_frames import CANCEL
+from dataplane.http.wire import BoxedHeaders
 from dataplane.router.body import RequestBody
-from dataplane.router.headers import DROPPED
+from dataplane.router.headers import DROPPED, Headers
 from dataplane.router.upstream.base import BodySink, ResponseListener, StreamedResponse, UpstreamTimeouts
 from dataplane.router.upstream.deadlines import Deadlines
 from dataplane.router.upstream.h2c.codec import CodecListener
 
 
-def parse_head(headers: list[tuple[bytes, bytes]]) -> tuple[int, list[tuple[bytes, bytes]]]:
+def parse_head(headers: Headers) -> tuple[int, Headers]:
     """``:status`` and the headers to forward: no pseudo-headers, no hop-by-hop or framing ones."""
     status = 0
-    out = []
+    out: BoxedHeaders = []
     dropped = DROPPED
-    for name, value in headers:
+    for item in cast(BoxedHeaders, headers):
+        name = item[0]
         if name[:1] == b":":
             if name == b":status":
-                status = int(value)
+                status = int(item[1])
         elif name not in dropped:
-            out.append((name, value))
-    return status, out
+            out.append(item)
+    return status, cast(Headers, out)
 
 
 class StreamOwner(CodecListener, asyncio.Protocol):
