@@ -33,6 +33,9 @@ counted: bench/router_overhead.py measures that):
   per-chunk cost; with ``--front-h2c`` also from the h2c client (the row ``h2c-router-sse``);
   with ``--h2c`` also from an h2c worker (the row ``router-h2c-sse``: HEADERS + the first
   event's DATA frame, then one DATA frame per read, ``[DONE]`` with END_STREAM);
+- ``--openai-headers``: the chat request again with the 17 headers the official ``openai`` Python
+  client sends (``OPENAI_HEAD``; the request above has 3), through the router (the row
+  ``router-openai``) and the floor (``floor-openai``): what each header costs on the way;
 - ``--workers N``: the chat request again on a router with N workers whose engine load views are
   FRESH (a control plane's, applied once), so the balancer scores N candidates per request
   (``least_load``; the row ``router-Nw``).
@@ -76,9 +79,8 @@ UPSTREAM_ANSWER = (
     b'x-sim-sampling-params: {"temperature":0.7,"top_p":0.95}\r\n'
     b"content-length: %d\r\n\r\n%s" % (len(_ANSWER_BODY), _ANSWER_BODY)
 )
-REQUEST = post(
-    "127.0.0.1", 8000, "/v1/chat/completions", chat_body(MODEL, stream=False, size=1024, max_tokens=16)
-)
+_CHAT_BODY = chat_body(MODEL, stream=False, size=1024, max_tokens=16)
+REQUEST = post("127.0.0.1", 8000, "/v1/chat/completions", _CHAT_BODY)
 # SSE (engine-sim's shape): 16 token events then [DONE], chunked; each event in its own read.
 _SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
@@ -117,6 +119,21 @@ ROUTE_REQUESTS = {
         json.dumps({"text": _TEXT, "sampling_params": {"max_new_tokens": 16}}).encode(),
     ),
 }
+
+
+# The head the official ``openai`` Python client (3.63, over httpx) sends with a chat request,
+# as a socket read it on this machine; the router forwards 14 of these headers.
+OPENAI_HEAD = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nAccept-Encoding: gzip, deflate\r\n"
+    b"Connection: keep-alive\r\nauthorization: Bearer sk-local\r\naccept: application/json\r\n"
+    b"content-type: application/json\r\nuser-agent: OpenAI/Python 3.63.0\r\nx-stainless-lang: python\r\n"
+    b"x-stainless-package-version: 3.63.0\r\nx-stainless-os: Linux\r\nx-stainless-arch: x64\r\n"
+    b"x-stainless-runtime: CPython\r\nx-stainless-runtime-version: 3.11.7\r\nx-stainless-async: false\r\n"
+    b"x-stainless-retry-count: 0\r\nx-stainless-read-timeout: 600\r\nContent-Length: %d\r\n\r\n"
+)
+OPENAI_REQUEST = OPENAI_HEAD % len(_CHAT_BODY) + _CHAT_BODY
+# Every row's request (the chat request unless named here).
+REQUESTS = {**ROUTE_REQUESTS, "router-openai": OPENAI_REQUEST, "floor-openai": OPENAI_REQUEST}
 
 
 class _Socket:
@@ -303,11 +320,11 @@ async def _drive(mode: str, n: int) -> None:
 
     loop = asyncio.get_running_loop()
     streamed = mode in ("router-sse", "router-h2c-sse")
-    request = STREAM_REQUEST if streamed else ROUTE_REQUESTS.get(mode, REQUEST)
+    request = STREAM_REQUEST if streamed else REQUESTS.get(mode, REQUEST)
     workers = (
         int(mode.split("-")[1].removesuffix("w"))
         if mode.startswith("router-")
-        and mode not in ("router-h2c", "router-log", "router-sse", "router-h2c-sse")
+        and mode not in ("router-h2c", "router-log", "router-sse", "router-h2c-sse", "router-openai")
         else 0
     )
     if mode in ("router-h2c", "router-h2c-sse"):
@@ -320,7 +337,7 @@ async def _drive(mode: str, n: int) -> None:
     elif (
         mode in ROUTE_REQUESTS
         or workers
-        or mode in ("h2c-router", "h2c-router-sse", "router-log", "router-sse")
+        or mode in ("h2c-router", "h2c-router-sse", "router-log", "router-sse", "router-openai")
     ):
         urls = [f"http://127.0.0.1:{9 + i}" for i in range(max(1, workers))]
         args = ["--listen", "127.0.0.1:0", "--worker", urls[0], "--override-sampling-params", CONTRACT]
@@ -346,7 +363,7 @@ async def _drive(mode: str, n: int) -> None:
     if mode.startswith("h2c-"):
         await _drive_h2c(loop, handler, n, done, _FRONT_SSE if mode == "h2c-router-sse" else _FRONT)
         return
-    if mode == "floor":
+    if mode.startswith("floor"):
         from bench.floor_proxy import _Client
 
         client: Any = _Client("127.0.0.1", 9)
@@ -516,6 +533,11 @@ def main() -> int:
     parser.add_argument(
         "--access-log", action="store_true", help="also the router with --access-log (to /dev/null)"
     )
+    parser.add_argument(
+        "--openai-headers",
+        action="store_true",
+        help="also the chat request with the official openai client's 17 headers (floor-openai, router-openai)",
+    )
     args = parser.parse_args()
     if args.inner:
         import gc
@@ -539,6 +561,8 @@ def main() -> int:
         modes += ["h2c-bare", "h2c-router"]
     if args.access_log:
         modes.append("router-log")
+    if args.openai_headers:
+        modes += ["floor-openai", "router-openai"]
     if args.stream:
         modes.append("router-sse")
         if args.h2c:
