@@ -31,6 +31,28 @@ def chat_body(model: str, *, stream: bool, size: int = 1024, max_tokens: int = 1
     return json.dumps(base, separators=(",", ":")).encode()
 
 
+# The headers the official ``openai`` Python client (3.63, over httpx) sends with a chat request
+# besides Host and Content-Length, in its order, as a socket read them on this machine (the key
+# is a placeholder). A router forwards all but Connection.
+OPENAI_CLIENT_HEADERS: tuple[tuple[str, str], ...] = (
+    ("Accept-Encoding", "gzip, deflate"),
+    ("Connection", "keep-alive"),
+    ("authorization", "Bearer sk-local"),
+    ("accept", "application/json"),
+    ("content-type", "application/json"),
+    ("user-agent", "OpenAI/Python 3.63.0"),
+    ("x-stainless-lang", "python"),
+    ("x-stainless-package-version", "3.63.0"),
+    ("x-stainless-os", "Linux"),
+    ("x-stainless-arch", "x64"),
+    ("x-stainless-runtime", "CPython"),
+    ("x-stainless-runtime-version", "3.11.7"),
+    ("x-stainless-async", "false"),
+    ("x-stainless-retry-count", "0"),
+    ("x-stainless-read-timeout", "600"),
+)
+
+
 def post(host: str, port: int, path: str, body: bytes) -> bytes:
     """The raw HTTP/1.1 request bytes, sent as-is for every request."""
     return (

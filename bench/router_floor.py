@@ -29,7 +29,8 @@ Targets, all up at once, measured in alternating rounds (medians; this 2-core ma
 
 Load: 1 KiB chat body, ``max_tokens`` 16 (streaming: 16 SSE events + ``[DONE]``), instant
 decode, ``--connections`` keep-alive connections for ``--duration-s`` per cell (wrk ``-d``;
-h2load ``-D``). Printed: req/s, router CPU µs per request (``/proc`` schedstat of the router's
+h2load ``-D``); each request carries Host, Content-Type and Content-Length, or with
+``--openai-headers`` the 17 headers the official openai Python client sends. Printed: req/s, router CPU µs per request (``/proc`` schedstat of the router's
 process tree, all threads, over the cell / answers), and that over the floor's.
 """
 
@@ -44,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
@@ -51,7 +53,7 @@ from statistics import median
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.loadgen import chat_body, cpu_seconds  # noqa: E402
+from bench.loadgen import OPENAI_CLIENT_HEADERS, chat_body, cpu_seconds  # noqa: E402
 from bench.procs import (  # noqa: E402
     PEERS,
     PY,
@@ -118,12 +120,19 @@ class Cell:
     errors: int = 0
 
 
-def _wrk(port: int, body: bytes, connections: int, duration_s: float) -> tuple[int, float, int]:
+# What every client sends besides Host and Content-Length (``--openai-headers``: the official
+# openai client's 15).
+_PLAIN_HEADERS: tuple[tuple[str, str], ...] = (("Content-Type", "application/json"),)
+
+
+def _wrk(
+    port: int, body: bytes, connections: int, duration_s: float, headers: Sequence[tuple[str, str]]
+) -> tuple[int, float, int]:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(
-            'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-            f"wrk.body = {json.dumps(body.decode())}\n"
-        )
+        script.write('wrk.method = "POST"\n')
+        for name, value in headers:
+            script.write(f"wrk.headers[{json.dumps(name)}] = {json.dumps(value)}\n")
+        script.write(f"wrk.body = {json.dumps(body.decode())}\n")
     try:
         out = subprocess.run(
             [
@@ -152,7 +161,9 @@ def _wrk(port: int, body: bytes, connections: int, duration_s: float) -> tuple[i
     return requests - (int(errors_m.group(1)) if errors_m else 0), rps, errors
 
 
-def _h2load(port: int, body: bytes, connections: int, duration_s: float) -> tuple[int, float, int]:
+def _h2load(
+    port: int, body: bytes, connections: int, duration_s: float, headers: Sequence[tuple[str, str]]
+) -> tuple[int, float, int]:
     with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as data:
         data.write(body)
     try:
@@ -167,8 +178,8 @@ def _h2load(port: int, body: bytes, connections: int, duration_s: float) -> tupl
                 str(max(1, round(duration_s))),
                 "-d",
                 data.name,
-                "-H",
-                "content-type: application/json",
+                # h2 has no Connection header (RFC 9113 §8.2.2)
+                *(f"-H{name}: {value}" for name, value in headers if name.lower() != "connection"),
                 f"http://127.0.0.1:{port}/v1/chat/completions",
             ],
             capture_output=True,
@@ -303,16 +314,17 @@ def run(args: argparse.Namespace) -> int:
 
         cells: dict[tuple[str, bool], Cell] = {}
         modes = {"both": (False, True), "plain": (False,), "stream": (True,)}[args.modes]
+        headers = OPENAI_CLIENT_HEADERS if args.openai_headers else _PLAIN_HEADERS
         for stream in modes:
             body = chat_body(MODEL, stream=stream, size=1024, max_tokens=16)
             for p, client in targets.values():  # warm-up: connections, pools, caches
-                (_h2load if client == "h2load" else _wrk)(p.port, body, args.connections, 1)
+                (_h2load if client == "h2load" else _wrk)(p.port, body, args.connections, 1, headers)
             for _ in range(args.rounds):
                 for name, (p, client) in targets.items():
                     cell = cells.setdefault((name, stream), Cell())
                     cpu0 = cpu_seconds(p.popen.pid)
                     ok, rps, errors = (_h2load if client == "h2load" else _wrk)(
-                        p.port, body, args.connections, args.duration_s
+                        p.port, body, args.connections, args.duration_s, headers
                     )
                     cpu = cpu_seconds(p.popen.pid) - cpu0
                     cell.rps.append(rps)
@@ -323,7 +335,8 @@ def run(args: argparse.Namespace) -> int:
             p.stop()
 
     print(
-        f"router floor — 1 KiB chat body, max_tokens 16, {args.connections} connections, median of "
+        f"router floor — 1 KiB chat body, max_tokens 16, {len(headers) + 2} request headers, "
+        f"{args.connections} connections, median of "
         f"{args.rounds} alternating {args.duration_s:g} s cells; load average {os.getloadavg()[0]:.1f}"
     )
     print("| target | mode | req/s | router CPU µs/req | vs floor | errors |")
@@ -360,6 +373,11 @@ def main() -> int:
     )
     parser.add_argument("--no-compiled", action="store_true", help="no mypyc rows (the plain form only)")
     parser.add_argument("--keep-logs", action="store_true")
+    parser.add_argument(
+        "--openai-headers",
+        action="store_true",
+        help="every client sends the 17 headers of the official openai client (bench.loadgen), not 3",
+    )
     parser.add_argument("--no-netns", action="store_true", help="run in the current network namespace")
     args = parser.parse_args()
     if not args.no_netns and (code := in_loopback_namespace()) is not None:

@@ -34,7 +34,7 @@ counted: bench/router_overhead.py measures that):
   with ``--h2c`` also from an h2c worker (the row ``router-h2c-sse``: HEADERS + the first
   event's DATA frame, then one DATA frame per read, ``[DONE]`` with END_STREAM);
 - ``--openai-headers``: the chat request again with the 17 headers the official ``openai`` Python
-  client sends (``OPENAI_HEAD``; the request above has 3), through the router (the row
+  client sends (``bench.loadgen.OPENAI_CLIENT_HEADERS``; the request above has 3), through the router (the row
   ``router-openai``) and the floor (``floor-openai``): what each header costs on the way;
 - ``--workers N``: the chat request again on a router with N workers whose engine load views are
   FRESH (a control plane's, applied once), so the balancer scores N candidates per request
@@ -62,7 +62,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.loadgen import chat_body, post  # noqa: E402
+from bench.loadgen import OPENAI_CLIENT_HEADERS, chat_body, post  # noqa: E402
 
 MODEL = "sim-model"
 CONTRACT = '{"temperature": 0.7, "top_p": 0.95}'
@@ -121,17 +121,12 @@ ROUTE_REQUESTS = {
 }
 
 
-# The head the official ``openai`` Python client (3.63, over httpx) sends with a chat request,
-# as a socket read it on this machine; the router forwards 14 of these headers.
-OPENAI_HEAD = (
-    b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nAccept-Encoding: gzip, deflate\r\n"
-    b"Connection: keep-alive\r\nauthorization: Bearer sk-local\r\naccept: application/json\r\n"
-    b"content-type: application/json\r\nuser-agent: OpenAI/Python 3.63.0\r\nx-stainless-lang: python\r\n"
-    b"x-stainless-package-version: 3.63.0\r\nx-stainless-os: Linux\r\nx-stainless-arch: x64\r\n"
-    b"x-stainless-runtime: CPython\r\nx-stainless-runtime-version: 3.11.7\r\nx-stainless-async: false\r\n"
-    b"x-stainless-retry-count: 0\r\nx-stainless-read-timeout: 600\r\nContent-Length: %d\r\n\r\n"
+# The chat request as the official ``openai`` Python client sends it (17 headers).
+OPENAI_REQUEST = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n"
+    + "".join(f"{name}: {value}\r\n" for name, value in OPENAI_CLIENT_HEADERS).encode()
+    + b"Content-Length: %d\r\n\r\n%s" % (len(_CHAT_BODY), _CHAT_BODY)
 )
-OPENAI_REQUEST = OPENAI_HEAD % len(_CHAT_BODY) + _CHAT_BODY
 # Every row's request (the chat request unless named here).
 REQUESTS = {**ROUTE_REQUESTS, "router-openai": OPENAI_REQUEST, "floor-openai": OPENAI_REQUEST}
 
