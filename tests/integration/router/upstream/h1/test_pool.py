@@ -15,7 +15,7 @@ from dataplane.router.upstream.base import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from dataplane.router.upstream.h1.pool import H1Pool
+from dataplane.router.upstream.h1.pool import _MAX_LINE_STARTS, H1Pool
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -85,6 +85,34 @@ async def test_keep_alive_reuses_one_connection() -> None:
             assert resp.buffered_body() == b"body%d" % i
         assert server.connections == 1
         await pool.close()
+
+
+async def test_every_header_reaches_the_worker_as_its_own_line_in_order() -> None:
+    """The head the worker reads carries each forwarded header as ``name: value``, in order:
+    names the pool has sent before, and more distinct names than it keeps line starts for
+    (``_MAX_LINE_STARTS``), long ones included."""
+    heads: list[bytes] = []
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head, _ = await _read_request(reader)
+            heads.append(head)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+
+    sent: list[list[tuple[bytes, bytes]]] = []
+    async with Server(script) as server:
+        pool = H1Pool("127.0.0.1", server.port)
+        for batch in range(2 * _MAX_LINE_STARTS // 100 + 1):
+            headers = [(b"x-h-%d" % (batch * 100 + i), b"v %d" % i) for i in range(100)]
+            headers += [(b"x-" + b"n" * 100, b"long"), (b"content-type", b"application/json")]
+            sent.append(headers)
+            resp = await pool.request(b"POST", b"/p", headers, b"{}", timeout_s=5)
+            assert resp.status == 200
+        await pool.close()
+    for headers, head in zip(sent, heads, strict=True):
+        lines = head.split(b"\r\n")
+        assert lines[0] == b"POST /p HTTP/1.1"
+        assert lines[3:-2] == [b"%s: %s" % item for item in headers]
 
 
 async def test_chunked_answer_streams_chunk_by_chunk() -> None:
