@@ -39,7 +39,7 @@ _MAX_POST_LINES: Final = 1024
 # Each forwarded header name's line start (CRLF, the name, ": "), built once: one part of the
 # head instead of three. Names arrive as the front door's shared objects (``wire.lower_name``),
 # whose hash is kept, so the lookup is cheaper than the two parts it saves. Bounded: past it, a
-# name goes as three parts.
+# name's line start is built each time.
 _LINE_STARTS: Final[dict[bytes, bytes]] = {}
 _MAX_LINE_STARTS: Final = 512
 _MAX_CACHED_NAME_BYTES: Final = 64
@@ -169,12 +169,9 @@ class H1Pool(ConnectionHome):
         for name, value in headers:
             start = starts.get(name)
             if start is None:
-                if len(starts) >= _MAX_LINE_STARTS or len(name) > _MAX_CACHED_NAME_BYTES:
-                    parts.append(b"\r\n")
-                    parts.append(name)
-                    start = b": "
-                else:
-                    start = starts[name] = b"\r\n" + name + b": "
+                start = b"\r\n" + name + b": "
+                if len(starts) < _MAX_LINE_STARTS and len(name) <= _MAX_CACHED_NAME_BYTES:
+                    starts[name] = start
             parts.append(start)
             parts.append(value)
         parts.append(b"\r\n\r\n")
