@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Final
 
 from dataplane.http.wire import decimal
@@ -77,12 +78,18 @@ class H1Pool(ConnectionHome):
         self._max_idle = max_idle
         self._idle_ttl_s = idle_ttl_s
         self._connect_timeout_s = connect_timeout_s
+        # Idle connections: the one released last (``_latest``), then the older ones, most recent
+        # last. The last one is kept out of the list: at low concurrency one connection goes
+        # back and forth at every request, and a list emptied and filled again frees and
+        # reallocates its array each time (~430 instructions per request, compiled).
+        self._latest: H1Connection | None = None
         self._idle: list[H1Connection] = []
         self._closed = False
         self.deadlines = Deadlines()  # one timer for the pool, not one per request
         # The pool's connections live on one loop: bind it at first use (get_running_loop()
         # makes a getpid() syscall per call on CPython 3.11).
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._clock: Callable[[], float] | None = None  # its ``time``, bound once with it
 
     async def request(
         self,
@@ -96,6 +103,7 @@ class H1Pool(ConnectionHome):
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
+            self._clock = loop.time
         now = loop.time()
         deadline = now + timeout_s
         conn = self._checkout(now)
@@ -125,15 +133,20 @@ class H1Pool(ConnectionHome):
         told of the head or the failure. ``None`` when no connection is idle (connecting needs
         ``request``). Raises ``UpstreamUnreachable`` like ``request``.
         """
-        loop = self._loop
-        if loop is None:
+        # The loop's clock, bound with the loop: compiled, ``loop.time()`` looks the method up
+        # by name at each call.
+        clock = self._clock
+        if clock is None:
             loop = self._loop = asyncio.get_running_loop()
-        now = loop.time()
-        idle = self._idle
-        if not idle:
+            clock = self._clock = loop.time
+        now = clock()
+        conn = self._latest  # the most recent one: usually still fresh
+        if conn is not None:
+            self._latest = None
+        elif self._idle:
+            conn = self._idle.pop()
+        else:
             return None
-        conn: H1Connection | None = idle.pop()  # the most recent one: usually still fresh
-        assert conn is not None
         if conn.lost or now - conn.idle_since >= self._idle_ttl_s:
             conn.close()
             conn = self._checkout(now)
@@ -191,12 +204,21 @@ class H1Pool(ConnectionHome):
     async def close(self) -> None:
         self._closed = True
         self.deadlines.cancel()  # in-flight exchanges keep theirs
+        latest, self._latest = self._latest, None
         idle, self._idle = self._idle, []
+        if latest is not None:
+            idle.append(latest)
         for conn in idle:
             conn.close()
 
     # -- internals -------------------------------------------------------------------------
     def _checkout(self, now: float) -> H1Connection | None:
+        conn = self._latest
+        if conn is not None:
+            self._latest = None
+            if not conn.lost and now - conn.idle_since < self._idle_ttl_s:
+                return conn
+            conn.close()
         idle = self._idle
         while idle:
             conn = idle.pop()
@@ -217,11 +239,17 @@ class H1Pool(ConnectionHome):
 
     # -- connection.ConnectionHome --------------------------------------------------------
     def release(self, conn: H1Connection) -> bool:
-        if self._closed or len(self._idle) >= self._max_idle:
+        latest = self._latest
+        if self._closed or len(self._idle) + (latest is not None) >= self._max_idle:
             return False
-        self._idle.append(conn)
+        if latest is not None:
+            self._idle.append(latest)
+        self._latest = conn
         return True
 
     def forget(self, conn: H1Connection) -> None:
+        if self._latest is conn:
+            self._latest = None
+            return
         with contextlib.suppress(ValueError):
             self._idle.remove(conn)

@@ -35,6 +35,7 @@ class Server:
     def __init__(self, script: Script) -> None:
         self.script = script
         self.connections = 0
+        self.closed = 0
         self.server: asyncio.Server | None = None
 
     async def __aenter__(self) -> Server:
@@ -45,6 +46,7 @@ class Server:
             except (asyncio.IncompleteReadError, ConnectionError):
                 pass
             finally:
+                self.closed += 1
                 writer.close()
 
         self.server = await asyncio.start_server(handle, "127.0.0.1", 0)
@@ -84,6 +86,70 @@ async def test_keep_alive_reuses_one_connection() -> None:
             assert all(n != b"content-length" for n, _ in resp.headers)
             assert resp.buffered_body() == b"body%d" % i
         assert server.connections == 1
+        await pool.close()
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    async with asyncio.timeout(5):
+        while not check():  # noqa: ASYNC110 (polls counts the server's handlers keep)
+            await asyncio.sleep(0.01)
+
+
+async def _numbered(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
+    """Answers each request with this connection's number, after as many 50 ms as its body says."""
+    while True:
+        _, body = await _read_request(reader)
+        await asyncio.sleep(0.05 * int(body))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%d" % (len(str(number)), number))
+
+
+async def test_idle_connections_go_out_most_recent_first_up_to_max_idle() -> None:
+    """At most ``max_idle`` connections are kept (one more is closed); the one released last
+    goes out first, then the older ones; ``close`` closes every idle one."""
+    opened = 0
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal opened
+        opened += 1
+        await _numbered(reader, writer, opened)
+
+    async def ask(pool: H1Pool, delay: int) -> bytes:
+        answer = (await pool.request(b"POST", b"/", [], b"%d" % delay, timeout_s=5)).buffered_body()
+        assert answer is not None
+        return answer
+
+    async with Server(script) as server:
+        pool = H1Pool("127.0.0.1", server.port, max_idle=2)
+        # Three at once: three connections, released in the order of their delays.
+        first, second, third = await asyncio.gather(ask(pool, 0), ask(pool, 1), ask(pool, 2))
+        assert len({first, second, third}) == 3
+        await _until(lambda: server.closed == 1)  # the third released: past max_idle
+        assert await ask(pool, 0) == second  # released last of the two kept
+        assert await ask(pool, 0) == second  # and again, after going back
+        both = await asyncio.gather(ask(pool, 0), ask(pool, 0))
+        assert sorted(both) == sorted([first, second])
+        assert server.connections == 3
+        await pool.close()
+        await _until(lambda: server.closed == 3)
+
+
+async def test_an_idle_connection_the_worker_closed_is_never_handed_out() -> None:
+    """A worker closing a kept-alive connection while it is idle: ``start`` finds none idle,
+    the next request opens a new connection."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()  # then the script ends: the server closes the connection
+
+    async with Server(script) as server:
+        pool = H1Pool("127.0.0.1", server.port)
+        assert (await pool.request(b"POST", b"/", [], b"one", timeout_s=5)).buffered_body() == b"ok"
+        await _until(lambda: server.closed == 1)
+        await asyncio.sleep(0.05)  # the close reaches the pool's connection
+        assert pool.start(b"POST", b"/", [], b"x", timeout_s=5, listener=Listener()) is None
+        assert (await pool.request(b"POST", b"/", [], b"two", timeout_s=5)).buffered_body() == b"ok"
+        assert server.connections == 2
         await pool.close()
 
 
