@@ -51,6 +51,9 @@ class Http1Connection(AnswerQueue):
         super().__init__()
         self.ctx = ctx
         self.loop = ctx.loop
+        # The loop's clock, bound once: compiled, ``self.loop.time()`` looks the method up by
+        # name at every call (once per answer).
+        self._clock: Callable[[], float] = ctx.loop.time
         self.limits = ctx.limits
         self._max_body = ctx.limits.max_body_bytes
         self._max_header = ctx.limits.max_header_bytes
@@ -394,7 +397,7 @@ class Http1Connection(AnswerQueue):
             self._reading_paused = False
             transport.resume_reading()
         if not self._in_message:
-            self._deadline = self.loop.time() + self.limits.idle_timeout_s
+            self._deadline = self._clock() + self.limits.idle_timeout_s
         elif self._expect_continue and self._headers_done:
             self._expect_continue = False
             transport.write(CONTINUE_100)

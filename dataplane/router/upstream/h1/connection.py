@@ -397,6 +397,8 @@ class H1Connection(asyncio.Protocol):
     def __init__(self, pool: ConnectionHome) -> None:
         self._pool = pool
         self._loop = asyncio.get_running_loop()
+        # Bound once: compiled, ``self._loop.time()`` looks the method up by name at each call.
+        self._clock: Callable[[], float] = self._loop.time
         self._transport: asyncio.Transport | None = None
         # Two parsers, each at the start of an answer between exchanges: one that lists the
         # headers (httptools calls ``on_header`` once per header, ~2k instructions each), and
@@ -634,7 +636,7 @@ class H1Connection(asyncio.Protocol):
                 response._wake()
             # A sink is told by data_received, after the read's body bytes (``_streaming``).
         if self._keep_alive and not self.lost:
-            self.idle_since = self._loop.time()
+            self.idle_since = self._clock()
             if self._pool.release(self):
                 return
         self.close()
