@@ -52,7 +52,7 @@ class Http1Connection(AnswerQueue):
         self.ctx = ctx
         self.loop = ctx.loop
         # The loop's clock, bound once: compiled, ``self.loop.time()`` looks the method up by
-        # name at every call (once per answer).
+        # name at every call.
         self._clock: Callable[[], float] = ctx.loop.time
         self.limits = ctx.limits
         self._max_body = ctx.limits.max_body_bytes
@@ -111,7 +111,7 @@ class Http1Connection(AnswerQueue):
         self.transport = cast(asyncio.Transport, transport)
         set_nodelay(transport)
         self.ctx.connections.add(self)
-        self._deadline = self.loop.time() + self.limits.idle_timeout_s
+        self._deadline = self._clock() + self.limits.idle_timeout_s
 
     def data_received(self, data: bytes) -> None:
         if self._detecting:
@@ -133,7 +133,7 @@ class Http1Connection(AnswerQueue):
         if self._arm_read:
             self._arm_read = False
             if self._in_message:  # begun in this read, not finished: its read deadline
-                self._deadline = self.loop.time() + self.limits.read_timeout_s
+                self._deadline = self._clock() + self.limits.read_timeout_s
         if self._in_message:
             # httptools accumulates a header (or trailer) field before calling back: bound the
             # raw bytes of an unfinished head, and of a body (whose trailers count too).
@@ -435,7 +435,7 @@ class Http1Connection(AnswerQueue):
             # Drain what the client still sends so it reads our answer, not a reset.
             self._discarding = True
             self._lingering = True
-            self._deadline = self.loop.time() + self.limits.linger_s
+            self._deadline = self._clock() + self.limits.linger_s
             transport.write_eof()
             if self._reading_paused:
                 self._reading_paused = False

@@ -730,7 +730,7 @@ class H1Connection(asyncio.Protocol):
         the idle deadline was due and the worker was heard from since (then watch again)."""
         response = self._response
         if response is not None:
-            now = self._loop.time()
+            now = self._clock()
             # Bytes the relay has not taken yet, or reading paused for the client: the wait is
             # the router's client's, not the worker's.
             quiet_since = now if response._chunks or response._paused else self._heard
@@ -745,7 +745,7 @@ class H1Connection(asyncio.Protocol):
     def _heard_now(self) -> None:
         """The worker sent bytes of the exchange in flight; once its head is in, the next
         deadline is the idle one."""
-        now = self._heard = self._loop.time()
+        now = self._heard = self._clock()
         if self._response is not None:
             due = now + self._idle_s
             if due < self.deadline:

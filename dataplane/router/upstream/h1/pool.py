@@ -89,7 +89,9 @@ class H1Pool(ConnectionHome):
         # The pool's connections live on one loop: bind it at first use (get_running_loop()
         # makes a getpid() syscall per call on CPython 3.11).
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._clock: Callable[[], float] | None = None  # its ``time``, bound once with it
+        # Its ``time``, bound with it (``_now``): compiled, ``loop.time()`` looks the method up
+        # by name at each call.
+        self._clock: Callable[[], float] | None = None
 
     async def request(
         self,
@@ -100,15 +102,11 @@ class H1Pool(ConnectionHome):
         *,
         timeout_s: float,
     ) -> H1Response:
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-            self._clock = loop.time
-        now = loop.time()
+        now = self._now()
         deadline = now + timeout_s
         conn = self._checkout(now)
         if conn is None:
-            conn = await self._connect(loop, min(self._connect_timeout_s, timeout_s))
+            conn = await self._connect(min(self._connect_timeout_s, timeout_s))
         waiter = conn.send(self._head(method, path, headers, body), body, now, deadline)
         try:
             return await waiter
@@ -133,25 +131,10 @@ class H1Pool(ConnectionHome):
         told of the head or the failure. ``None`` when no connection is idle (connecting needs
         ``request``). Raises ``UpstreamUnreachable`` like ``request``.
         """
-        # The loop's clock, bound with the loop: compiled, ``loop.time()`` looks the method up
-        # by name at each call.
-        clock = self._clock
-        if clock is None:
-            loop = self._loop = asyncio.get_running_loop()
-            clock = self._clock = loop.time
-        now = clock()
-        conn = self._latest  # the most recent one: usually still fresh
-        if conn is not None:
-            self._latest = None
-        elif self._idle:
-            conn = self._idle.pop()
-        else:
+        now = self._now()
+        conn = self._checkout(now)
+        if conn is None:
             return None
-        if conn.lost or now - conn.idle_since >= self._idle_ttl_s:
-            conn.close()
-            conn = self._checkout(now)
-            if conn is None:
-                return None
         if isinstance(body, bytes) and len(body) <= _COALESCE_BODY_BYTES:
             # Head and body joined once here, written as one buffer (``_write`` of no body).
             conn.send_to(self._head(method, path, headers, body, True), b"", now, now + timeout_s, listener)
@@ -212,24 +195,33 @@ class H1Pool(ConnectionHome):
             conn.close()
 
     # -- internals -------------------------------------------------------------------------
+    def _now(self) -> float:
+        clock = self._clock
+        if clock is None:
+            loop = self._loop = asyncio.get_running_loop()
+            clock = self._clock = loop.time
+        return clock()
+
     def _checkout(self, now: float) -> H1Connection | None:
-        conn = self._latest
+        """The most recently released idle connection still fresh; the stale ones met on the
+        way are closed."""
+        conn = self._latest  # the most recent one: usually still fresh
         if conn is not None:
             self._latest = None
+        elif self._idle:
+            conn = self._idle.pop()
+        while conn is not None:
             if not conn.lost and now - conn.idle_since < self._idle_ttl_s:
                 return conn
             conn.close()
-        idle = self._idle
-        while idle:
-            conn = idle.pop()
-            if not conn.lost and now - conn.idle_since < self._idle_ttl_s:
-                return conn
-            conn.close()
+            conn = self._idle.pop() if self._idle else None
         return None
 
-    async def _connect(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> H1Connection:
+    async def _connect(self, timeout_s: float) -> H1Connection:
         if self._closed:
             raise UpstreamUnreachable()
+        loop = self._loop
+        assert loop is not None  # bound by ``_now`` before any connect
         try:
             async with asyncio.timeout(timeout_s):
                 _, conn = await loop.create_connection(lambda: H1Connection(self), self.host, self.port)
