@@ -95,23 +95,20 @@ async def _until(check: Callable[[], bool]) -> None:
             await asyncio.sleep(0.01)
 
 
-async def _numbered(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
-    """Answers each request with this connection's number, after as many 50 ms as its body says."""
-    while True:
-        _, body = await _read_request(reader)
-        await asyncio.sleep(0.05 * int(body))
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%d" % (len(str(number)), number))
-
-
 async def test_idle_connections_go_out_most_recent_first_up_to_max_idle() -> None:
     """At most ``max_idle`` connections are kept (one more is closed); the one released last
     goes out first, then the older ones; ``close`` closes every idle one."""
     opened = 0
 
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answers each request with this connection's number, after as many 50 ms as its body says."""
         nonlocal opened
         opened += 1
-        await _numbered(reader, writer, opened)
+        number = b"%d" % opened
+        while True:
+            _, body = await _read_request(reader)
+            await asyncio.sleep(0.05 * int(body))
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(number), number))
 
     async def ask(pool: H1Pool, delay: int) -> bytes:
         answer = (await pool.request(b"POST", b"/", [], b"%d" % delay, timeout_s=5)).buffered_body()
@@ -145,8 +142,8 @@ async def test_an_idle_connection_the_worker_closed_is_never_handed_out() -> Non
     async with Server(script) as server:
         pool = H1Pool("127.0.0.1", server.port)
         assert (await pool.request(b"POST", b"/", [], b"one", timeout_s=5)).buffered_body() == b"ok"
-        await _until(lambda: server.closed == 1)
-        await asyncio.sleep(0.05)  # the close reaches the pool's connection
+        # The close reaches the pool's connection, which leaves the idle ones.
+        await _until(lambda: pool._latest is None and not pool._idle)
         assert pool.start(b"POST", b"/", [], b"x", timeout_s=5, listener=Listener()) is None
         assert (await pool.request(b"POST", b"/", [], b"two", timeout_s=5)).buffered_body() == b"ok"
         assert server.connections == 2
