@@ -236,15 +236,24 @@ class ControlPlaneClient(ControlChannel):
         call = self._routers.ReportRouterStatus(metadata=self._metadata)
         last: router_pb2.ReportRouterStatusRequest | None = None
         last_sent = 0.0
+        writing: asyncio.Future[None] | None = None
+
+        async def write(report: router_pb2.ReportRouterStatusRequest) -> None:
+            # Shielded: grpc cancels the whole call when a write is cancelled, and a stop landing
+            # there would leave the last report (below) no stream to go on.
+            nonlocal writing
+            writing = asyncio.ensure_future(call.write(report))
+            await asyncio.shield(writing)
+
         try:
             # Sent before this boot's own first report, so the rollout view ends on this boot.
             for report in self.predecessor_reports():
-                await call.write(report)
+                await write(report)
             while not call.done():
                 report = self.build_report()
                 now = self._clock()
                 if report != last or now - last_sent >= self._settings.report_heartbeat_s:
-                    await call.write(report)
+                    await write(report)
                     last, last_sent = report, now
                     backoff.reset()
                     self._episodes.recovered("report")
@@ -257,6 +266,8 @@ class ControlPlaneClient(ControlChannel):
             # Shutting down: one last report so the counts of this boot are complete.
             with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError, TimeoutError):
                 async with asyncio.timeout(1.0):
+                    if writing is not None:
+                        await writing  # the write the stop interrupted goes first
                     await call.write(self.build_report())
                     await call.done_writing()
                     await call
