@@ -94,6 +94,32 @@ async def test_pipelined_requests_are_answered_in_request_order() -> None:
         wr.close()
 
 
+async def test_a_client_pipelining_past_the_limit_is_not_read_until_its_answers_went_out() -> None:
+    """With h1_max_pipelined answers outstanding, the connection's next request waits unread
+    (reading paused: a pipelining client holds at most that many requests in the server)."""
+    arrived: asyncio.Queue[bytes] = asyncio.Queue()
+    release = asyncio.Event()
+
+    async def held(req: Request, resp: Responder) -> None:
+        arrived.put_nowait(req.path)
+        await release.wait()
+        resp.respond(200, TEXT, req.path)
+
+    async with serving(held, h1_max_pipelined=2) as server:
+        rd, wr = await h1_open(server.port)
+        wr.write(get("/1"))
+        assert await asyncio.wait_for(arrived.get(), 5) == b"/1"
+        wr.write(get("/2"))
+        assert await asyncio.wait_for(arrived.get(), 5) == b"/2"
+        wr.write(get("/3"))
+        await asyncio.sleep(0.2)  # long enough for the server to read it, were it reading
+        assert arrived.empty()
+        release.set()
+        assert [(await rd.read()).body for _ in range(3)] == [b"/1", b"/2", b"/3"]
+        assert arrived.get_nowait() == b"/3"
+        wr.close()
+
+
 async def test_chunked_request_body_is_assembled() -> None:
     """A chunked request body reaches the handler whole."""
     async with serving(echo) as server:
