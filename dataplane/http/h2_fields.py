@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from typing import Final, cast
 
-from dataplane.http.wire import BoxedHeaders, Headers
+from dataplane.http.wire import BoxedHeaders, Headers, digits_value
 
 _REQUEST_PSEUDO: Final = frozenset({b":method", b":scheme", b":authority", b":path"})
 # RFC 9113 §8.2.2; ``te`` is allowed with the value "trailers" only.
@@ -32,7 +32,6 @@ _NAME_OK: Final = re.compile(rb"[^\x00-\x20A-Z:\x7f-\xff]+").fullmatch
 _VALUE_BAD: Final = re.compile(rb"[\x00\r\n]").search
 _EDGE_WS: Final = (0x20, 0x09)
 _AUTHORITY_SCHEMES: Final = frozenset({b"http", b"https"})
-_HUGE: Final = 1 << 62  # stands for any content-length of more than 18 digits
 
 # Names seen valid and not special: later requests pay one set lookup for them. Bounded, so a
 # client sending ever new names cannot grow it. (``cookie`` is special: its crumbs are joined.)
@@ -68,11 +67,7 @@ def _content_length(value: bytes, seen: int) -> int:
     """RFC 9110 §8.6: 1*DIGIT; repeated fields must agree."""
     if not value.isdigit():  # bytes.isdigit: ASCII digits only
         raise MalformedRequest("invalid content-length")
-    if len(value) > 18:
-        # Larger than any body limit (and int() refuses more than 4300 digits); leading zeros
-        # are still digits.
-        value = value.lstrip(b"0") or b"0"
-    length = int(value) if len(value) <= 18 else _HUGE
+    length = digits_value(value)
     if seen >= 0 and seen != length:
         raise MalformedRequest("conflicting content-length fields")
     return length

@@ -32,6 +32,7 @@ from dataplane.http.wire import (
     VERSION_NOT_SUPPORTED,
     Headers,
     classify_preface,
+    digits_value,
     lower_name,
 )
 
@@ -41,7 +42,9 @@ class _Stop(Exception):
 
 
 def _announces_body(headers: Headers) -> bool:
-    return any((n == b"content-length" and int(v) > 0) or n == b"transfer-encoding" for n, v in headers)
+    return any(
+        (n == b"content-length" and digits_value(v) > 0) or n == b"transfer-encoding" for n, v in headers
+    )
 
 
 class Http1Connection(AnswerQueue):
@@ -203,7 +206,7 @@ class Http1Connection(AnswerQueue):
         self._header_bytes += len(name) + len(value)
         if name == b"content-length":
             # llhttp has validated the digits; refuse before a byte of the body is read.
-            if int(value) > self._max_body:
+            if digits_value(value) > self._max_body:
                 self._error = TOO_LARGE
                 raise _Stop
         elif name == b"connection":

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from dataplane.http import DEFERRED, ClientDisconnected, Deferred, Request, Responder, spawn
 from tests.fakes.http_server import get, h1_open, post, serving
 
@@ -131,6 +133,23 @@ async def test_chunked_request_body_is_assembled() -> None:
         wr.write(b"0\r\n\r\n")
         answer = await rd.read()
         assert answer.body == b"POST /c hello world"
+        wr.close()
+
+
+@pytest.mark.parametrize(
+    ("length", "status"),
+    [(b"0" * 30 + b"5", 200), (b"0" * 30 + b"1025", 413), (b"18446744073709551615", 413)],
+)
+async def test_content_length_is_read_as_the_number_its_digits_spell(length: bytes, status: int) -> None:
+    """Leading zeros are digits (RFC 9110 §8.6): a zero-padded length is its number; past the
+    limit, even of 20 digits, the answer is 413 before the body."""
+    async with serving(echo, max_body_bytes=1024) as server:
+        rd, wr = await h1_open(server.port)
+        wr.write(b"POST /z HTTP/1.1\r\nhost: t\r\ncontent-length: " + length + b"\r\n\r\nhello")
+        answer = await rd.read(wait_s=2)
+        assert answer.status == status
+        if status == 200:
+            assert answer.body == b"POST /z hello"
         wr.close()
 
 
