@@ -222,6 +222,17 @@ def test_header_names_lower_cased_whatever_their_case(raw: bytes) -> None:
     assert lower_name(b"Content-Length") is lower_name(b"CONTENT-LENGTH") is lower_name(b"content-length")
 
 
+@pytest.mark.parametrize(
+    "name", [b"host", b"content-length", b"x-stainless-retry-count", b"user-agent", b"te", b"x-unknown-1"]
+)
+def test_every_spelling_of_a_name_gives_one_lower_cased_object(name: bytes) -> None:
+    """Lower, title, upper and mixed case of a name: one object, its lower-case form."""
+    spellings = [name, name.title(), name.upper(), name.swapcase().title().swapcase()]
+    first = lower_name(spellings[0])
+    assert first == name
+    assert all(lower_name(spelling) is first for spelling in spellings)
+
+
 def test_header_names_past_the_table_bound_still_lower_cased() -> None:
     """A client sending thousands of made-up names fills the bounded table once; every name,
     new or known, is still lower-cased after that."""
