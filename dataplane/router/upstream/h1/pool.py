@@ -107,6 +107,7 @@ class H1Pool(ConnectionHome):
         conn = self._checkout(now)
         if conn is None:
             conn = await self._connect(min(self._connect_timeout_s, timeout_s))
+            now = self._now()  # the head is awaited for first_byte_s from the write, not before the connect
         waiter = conn.send(self._head(method, path, headers, body), body, now, deadline)
         try:
             return await waiter

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -90,6 +91,27 @@ async def test_a_stream_that_keeps_flowing_outlives_both_timeouts(pool: Upstream
     response = await pool.request(b"GET", b"/drip", [], b"", timeout_s=30)
     body = await _drain(response)
     assert body.count(b"data: ") == 10
+
+
+class _SlowConnectLoop(asyncio.SelectorEventLoop):
+    """A loop whose every outgoing connection takes 0.5 s to be made."""
+
+    async def create_connection(self, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.5)
+        return await super().create_connection(*args, **kwargs)
+
+
+def test_a_slow_connect_does_not_eat_into_the_first_byte_timeout(protocol: str) -> None:
+    """The head is awaited for first_byte_s from the moment the request is written: a connect
+    longer than that (0.5 s, first_byte_s 0.3 s), then a prompt answer, is no timeout."""
+
+    async def scenario() -> bytes:
+        async with serving_pool(protocol, TIMEOUTS) as upstream:
+            response = await upstream.request(b"GET", b"/now", [], b"", timeout_s=30)
+            return await _drain(response)
+
+    with asyncio.Runner(loop_factory=_SlowConnectLoop) as runner:
+        assert runner.run(scenario()) == b""
 
 
 async def test_bytes_held_for_a_slow_reader_are_not_the_workers_silence(pool: UpstreamPool) -> None:
