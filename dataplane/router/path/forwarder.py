@@ -223,7 +223,7 @@ class Forwarder(Host):
         exchange.conn = conn
         if type(pool) is H2Pool:  # a refused stream may end in UpstreamUnreachable (RFC 9113 §8.7)
             exchange.resend = (target, body, headers, group)
-        responder.on_disconnect(exchange.on_client_gone)
+        responder.on_disconnect(exchange)  # its ``__call__``: ``on_client_gone``
         return DEFERRED
 
     def retry_elsewhere(
