@@ -226,3 +226,26 @@ async def test_a_stop_while_a_report_is_being_written_still_sends_the_last_repor
             return stats.total == 9
 
         await eventually(counted)
+
+
+async def test_the_routers_keepalive_pings_are_accepted_by_the_control_plane(tmp_path: Path) -> None:
+    """A stream on the router's channel options stays open past several keepalive pings: the
+    control plane allows them (with its ping policy at gRPC's default the third ping, at 4.5 s,
+    ended it with GOAWAY too_many_pings)."""
+    from dataplane.router.control.channel import _CHANNEL_OPTIONS, KEEPALIVE_TIME_MS
+
+    async with (
+        plane_on(tmp_path) as plane,
+        grpc.aio.insecure_channel(str(plane.grpc_address), options=_CHANNEL_OPTIONS) as channel,
+    ):
+        call = contract_pb2_grpc.ContractServiceStub(channel).WatchContracts(
+            contract_pb2.WatchContractsRequest(router_id="r")
+        )
+        await call.read()  # the current set; then nothing while the contracts do not change
+        # Not cancelled on timeout (that would cancel the call): the read just waits on.
+        pending = asyncio.ensure_future(call.read())
+        await asyncio.wait({pending}, timeout=4 * KEEPALIVE_TIME_MS / 1000)
+        assert not call.done(), await call.details()
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+            await pending
