@@ -85,7 +85,8 @@ class Http1Connection(AnswerQueue):
         self._url = b""
         self._headers: Headers = []
         self._header_bytes = 0
-        self._body: list[bytes] | None = None
+        # The body read so far: its one part (the usual case: no list), or its parts.
+        self._body: bytes | list[bytes] | None = None
         self._body_bytes = 0
         self._counted = 0  # bytes of the body being read counted in ctx.body_held
         # Counted body bytes of requests read and not yet answered (given back when no answer
@@ -238,10 +239,13 @@ class Http1Connection(AnswerQueue):
             self._count_body(size)
         self._body_bytes = size
         self._expect_continue = False
-        if self._body is None:
-            self._body = [body]
+        held = self._body
+        if held is None:
+            self._body = body
+        elif isinstance(held, bytes):
+            self._body = [held, body]
         else:
-            self._body.append(body)
+            held.append(body)
 
     def _count_body(self, size: int) -> None:
         """The body being read has grown to ``size``: count it, or raise _Stop past a limit."""
@@ -277,7 +281,7 @@ class Http1Connection(AnswerQueue):
         self._in_message = False
         keep_alive = keep_alive and not self.ctx.draining
         parts = self._body
-        body = b"" if parts is None else parts[0] if len(parts) == 1 else b"".join(parts)
+        body = b"" if parts is None else parts if isinstance(parts, bytes) else b"".join(parts)
         method = self._method()
         resp = H1Responder(self, keep_alive, method, http10)
         if self._counted:

@@ -600,7 +600,15 @@ class H1Connection(asyncio.Protocol):
             # lines before it hold no empty line (else the head ended earlier, bytes followed).
             end = len(raw) - (len(chunks[0]) if chunks else 0) - 4
             lines = response._head_min
-            if lines <= end and raw[end : end + 4] == b"\r\n\r\n" and _plain_names(raw[lines:end]):
+            if (
+                lines <= end
+                # raw[end : end + 4] == b"\r\n\r\n", without the slice
+                and raw[end] == 13
+                and raw[end + 1] == 10
+                and raw[end + 2] == 13
+                and raw[end + 3] == 10
+                and _plain_names(raw[lines:end])
+            ):
                 response._head_min = end
                 return
         self._list_head(response)
