@@ -233,7 +233,7 @@ class StreamRelay(BodySink):
         response = self._response
         try:
             more = responder.start_sending(self._status, headers, response.arrived())
-            responder.on_disconnect(self.on_client_gone)
+            responder.on_disconnect(self)  # its ``__call__``: ``on_client_gone``
             if self._open:  # (a client already gone was finished by on_disconnect)
                 response.relay_to(self)
                 if not more and self._open and self._waiting is None:
@@ -299,6 +299,11 @@ class StreamRelay(BodySink):
         self._finish(status)
 
     # -- the client ------------------------------------------------------------------------
+    def __call__(self) -> None:
+        """The callback given to ``Responder.on_disconnect`` is the relay itself: compiled,
+        ``self.on_client_gone`` would make a bound method per stream."""
+        self.on_client_gone()
+
     def on_client_gone(self) -> None:
         """``Responder.on_disconnect``: stop the answer (the upstream connection is closed:
         RFC 9112 §9.6, the only way to cancel an h1 exchange), count 499."""

@@ -100,6 +100,29 @@ async def test_a_client_leaving_mid_stream_closes_the_worker_connection_and_free
         other.close()
 
 
+async def test_a_client_leaving_while_the_worker_is_silent_is_noticed_at_once() -> None:
+    """The worker sends one event and then nothing (a long think): a client that closes then
+    is seen going at once (not at the next event, which may never come), the worker's
+    connection is closed and the slot given back."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(_stream_head(SSE) + chunk(b"data: 1\n\n"))
+        await writer.drain()
+        # No more events: only the router hanging up ends this (read() gives b"" at EOF).
+        if await asyncio.wait_for(reader.read(1), 60) == b"":
+            raise ConnectionResetError
+
+    async with Http1Case(silent, "--max-concurrency", "1", "--queue-size", "0") as case:
+        reader, writer = await case.client()
+        writer.write(post(stream=True))
+        await reader.readuntil(b"data: 1\n\n")
+        writer.close()
+        await asyncio.wait_for(case.worker_conn_closed.wait(), 5)
+        # (the 200: the warm-up request of ``case.client``)
+        await until(lambda: case.counts()[:3] == (0, 0, {200: 1, 499: 1}))
+        assert case.counts()[3] == {"ok": 1, "client_gone": 1}
+
+
 @pytest.mark.parametrize("content_type", [SSE, NDJSON], ids=["sse", "ndjson"])
 async def test_a_worker_dying_mid_stream_is_never_passed_off_as_a_complete_answer(
     content_type: bytes,
