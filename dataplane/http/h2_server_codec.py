@@ -539,8 +539,14 @@ class ServerCodec:
         # Decoded first, whatever becomes of the stream: the HPACK table must stay in step.
         headers = self._decoder.decode(block)
         end = bool(flags & END_STREAM)
-        stream = self._streams.get(sid)
-        if stream is not None:
+        if sid <= self.highest_stream_id:
+            # A stream opened before (every open stream's id is at most highest_stream_id, so
+            # a new one needs no lookup).
+            stream = self._streams.get(sid)
+            if stream is None:
+                if sid in self._reset:
+                    return  # a stream we reset: its late frames are ignored
+                raise H2ProtocolError(f"HEADERS on closed stream {sid}", STREAM_CLOSED)
             if not stream.remote_open:
                 self._stream_error(sid, STREAM_CLOSED)  # HEADERS after END_STREAM (§5.1)
             elif end:
@@ -550,10 +556,6 @@ class ServerCodec:
                 # A second block must end the stream (§8.1): the request is malformed.
                 self._listener.on_malformed_block(sid)
             return
-        if sid <= self.highest_stream_id:
-            if sid in self._reset:
-                return  # a stream we reset: its late frames are ignored
-            raise H2ProtocolError(f"HEADERS on closed stream {sid}", STREAM_CLOSED)
         if not sid & 1:
             raise H2ProtocolError(f"client opened even stream {sid} (RFC 9113 §5.1.1)")
         self.highest_stream_id = sid
