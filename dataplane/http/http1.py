@@ -204,15 +204,18 @@ class Http1Connection(AnswerQueue):
         if self._headers_done:
             return  # a chunked trailer: ignored, never merged into the headers (RFC 9110 §6.5.1)
         name = lower_name(name)
-        self._header_bytes += len(name) + len(value)
-        if name == b"content-length":
+        size = len(name)
+        self._header_bytes += size + len(value)
+        # Each name compared only when its length matches: most headers are none of the three,
+        # and a length test is cheaper than a call to compare bytes (two saved per header).
+        if size == 14 and name == b"content-length":
             # llhttp has validated the digits; refuse before a byte of the body is read.
             if digits_value(value) > self._max_body:
                 self._error = TOO_LARGE
                 raise _Stop
-        elif name == b"connection":
+        elif size == 10 and name == b"connection":
             self._connection_header = True
-        elif name == b"expect" and value.lower() == b"100-continue":
+        elif size == 6 and name == b"expect" and value.lower() == b"100-continue":
             self._expect_continue = True
         self._headers.append((name, value))
 

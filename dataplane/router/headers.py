@@ -92,7 +92,7 @@ def end_to_end(headers: Headers, *, judged: bool = False) -> Headers:
             elif name == b"connection":
                 options = _options_to_drop(item[1])
                 listed = options if listed is None else listed | options
-        elif name[:1] != b":":
+        elif not name or name[0] != 0x3A:  # not a pseudo-header (":path"); no slice made
             kept.append(item)
     if listed:
         kept = [item for item in kept if item[0] not in listed]

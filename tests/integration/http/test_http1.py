@@ -406,6 +406,26 @@ async def test_http10_client_is_closed_after_its_answer() -> None:
         assert body == b"one two"
 
 
+async def test_http10_client_asking_for_keep_alive_never_gets_chunked() -> None:
+    """``Connection: keep-alive`` on an HTTP/1.0 request: the server still answers as to an
+    HTTP/1.0 client (RFC 9112 §6.1: no Transfer-Encoding to a client that did not send 1.1),
+    so a streamed answer is close-delimited."""
+
+    async def stream(req: Request, resp: Responder) -> None:
+        resp.start(200, TEXT)
+        await resp.write(b"one ")
+        await resp.write(b"two")
+        resp.end()
+
+    async with serving(stream) as server:
+        reader, wr = await asyncio.open_connection("127.0.0.1", server.port)
+        wr.write(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        raw = await asyncio.wait_for(reader.read(), 2)
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert b"transfer-encoding" not in head.lower()
+        assert body == b"one two"
+
+
 async def test_drain_finishes_in_flight_requests_and_refuses_new_ones() -> None:
     """``drain`` lets an in-flight request finish (with ``connection: close``) and stops accepting."""
     async with serving(echo) as server:
