@@ -388,42 +388,38 @@ async def test_head_request_gets_length_but_no_body() -> None:
         wr.close()
 
 
+async def _stream_one_two(req: Request, resp: Responder) -> None:
+    resp.start(200, TEXT)
+    await resp.write(b"one ")
+    await resp.write(b"two")
+    resp.end()
+
+
+async def _streamed_answer(request: bytes) -> tuple[bytes, bytes]:
+    """The head and body a streamed answer (``_stream_one_two``) to ``request`` reads as, up to
+    the server closing the connection."""
+    async with serving(_stream_one_two) as server:
+        reader, wr = await asyncio.open_connection("127.0.0.1", server.port)
+        wr.write(request)
+        raw = await asyncio.wait_for(reader.read(), 2)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return head, body
+
+
 async def test_http10_client_is_closed_after_its_answer() -> None:
     """An HTTP/1.0 request gets its answer and the connection closes; streams are close-delimited."""
-
-    async def stream(req: Request, resp: Responder) -> None:
-        resp.start(200, TEXT)
-        await resp.write(b"one ")
-        await resp.write(b"two")
-        resp.end()
-
-    async with serving(stream) as server:
-        reader, wr = await asyncio.open_connection("127.0.0.1", server.port)
-        wr.write(b"GET / HTTP/1.0\r\n\r\n")
-        raw = await asyncio.wait_for(reader.read(), 2)
-        head, _, body = raw.partition(b"\r\n\r\n")
-        assert b"transfer-encoding" not in head and b"connection: close" in head
-        assert body == b"one two"
+    head, body = await _streamed_answer(b"GET / HTTP/1.0\r\n\r\n")
+    assert b"transfer-encoding" not in head and b"connection: close" in head
+    assert body == b"one two"
 
 
 async def test_http10_client_asking_for_keep_alive_never_gets_chunked() -> None:
     """``Connection: keep-alive`` on an HTTP/1.0 request: the server still answers as to an
     HTTP/1.0 client (RFC 9112 §6.1: no Transfer-Encoding to a client that did not send 1.1),
     so a streamed answer is close-delimited."""
-
-    async def stream(req: Request, resp: Responder) -> None:
-        resp.start(200, TEXT)
-        await resp.write(b"one ")
-        await resp.write(b"two")
-        resp.end()
-
-    async with serving(stream) as server:
-        reader, wr = await asyncio.open_connection("127.0.0.1", server.port)
-        wr.write(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
-        raw = await asyncio.wait_for(reader.read(), 2)
-        head, _, body = raw.partition(b"\r\n\r\n")
-        assert b"transfer-encoding" not in head.lower()
-        assert body == b"one two"
+    head, body = await _streamed_answer(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+    assert b"transfer-encoding" not in head.lower()
+    assert body == b"one two"
 
 
 async def test_drain_finishes_in_flight_requests_and_refuses_new_ones() -> None:
