@@ -16,6 +16,7 @@ from typing import Final
 from mypy_extensions import mypyc_attr
 
 from dataplane.errors import InternalError, RouterError, error_answer
+from dataplane.http.wire import field_list
 
 _log = logging.getLogger("dataplane.http")
 
@@ -25,23 +26,40 @@ class ClientDisconnected(Exception):
 
 
 class Request:
-    """One request, fully read. Header names are lower-case bytes, values as received."""
+    """One request, fully read. Header names are lower-case bytes, values as received.
 
-    __slots__ = ("body", "headers", "http2", "method", "path")
+    ``lines``: from an HTTP/1.1 client, the head's field lines as it sent them (each led by
+    CRLF) but Host, Content-Length and a keep-alive or close Connection, when no other field
+    needs more than to be forwarded (``wire.plain_lines``); else None. ``headers`` is then read
+    from the head's bytes when first asked for (``wire.field_list``).
+    """
+
+    __slots__ = ("_block", "_headers", "body", "http2", "lines", "method", "path")
 
     def __init__(
         self,
         method: bytes,
         path: bytes,
-        headers: list[tuple[bytes, bytes]],
+        headers: list[tuple[bytes, bytes]] | None,
         body: bytes,
         http2: bool,
+        block: bytes = b"",
+        lines: bytes | None = None,
     ) -> None:
         self.method = method
         self.path = path
-        self.headers = headers
+        self._headers = headers
+        self._block = block  # every field line, each led by CRLF, when ``headers`` is None
+        self.lines = lines
         self.body = body
         self.http2 = http2
+
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = field_list(self._block)
+        return headers
 
     def header(self, name: bytes) -> bytes | None:
         """The first value of header ``name`` (lower-case), or None."""

@@ -123,6 +123,162 @@ def digits_value(digits: bytes) -> int:
     return n
 
 
+# -- a request head's field lines, as an HTTP/1.1 client sent them ----------------------------
+#
+# httptools hands a parser's headers over only through ``on_header``: a Python call, two new bytes
+# objects and a tuple per header (~2k instructions each, compiled). A head llhttp has accepted
+# needs none of that to be read: every field line is a token name, a colon and a value without
+# CR, LF or other control bytes (RFC 9112 §5; llhttp refuses bare CR or LF, obs-fold and control
+# bytes: tests/unit/http/test_field_lines.py), so a split on CRLF finds them exactly. The two
+# functions below are written by hand for that reason; they never see bytes llhttp refused.
+
+
+_CRLF: Final = b"\r\n"
+# Compiled, ``data.split(...)`` is a lookup of the method by name on every call; this is not.
+_split: Final = bytes.split
+
+
+def field_list(lines: bytes) -> Headers:
+    """The header list of ``lines``: field lines llhttp accepted, each led by CRLF (the form of
+    ``Request.lines`` and of a head's field block). Names lower-cased, values as llhttp hands
+    them to ``on_header``: leading spaces and tabs dropped, trailing ones kept."""
+    headers: Headers = []
+    for line in _split(lines, _CRLF):
+        if line:
+            name, _, value = line.partition(b":")
+            headers.append((lower_name(name), value.lstrip(b" \t")))
+    return headers
+
+
+def _is_lower(line: bytes, name: bytes) -> bool:
+    """Whether field ``line`` is named ``name`` (lower-case, without its colon), in any case."""
+    size = len(name)
+    if len(line) <= size or line[size] != 0x3A:
+        return False
+    return _has_prefix(line, name)
+
+
+def _has_prefix(line: bytes, prefix: bytes) -> bool:
+    """Whether ``line`` begins with ``prefix`` (lower-case letters, digits and "-") in any case."""
+    if len(line) < len(prefix):
+        return False
+    # x | 0x20 is a lower-case letter only for a letter, a digit only for that digit, and "-"
+    # only for "-" or CR (never in a field line).
+    for i in range(len(prefix)):  # noqa: SIM110 (compiled, a loop; all() makes a generator)
+        if line[i] | 0x20 != prefix[i]:
+            return False
+    return True
+
+
+def _length_value(line: bytes) -> int:
+    """The value of a Content-Length field line llhttp accepted (digits between spaces or
+    tabs), or ``DIGITS_HUGE`` past 18 digits; no slice or strip made."""
+    n = 0
+    digits = 0
+    for i in range(15, len(line)):  # after "content-length:"
+        c = line[i]
+        if 48 <= c <= 57:
+            if n or c != 48:
+                digits += 1
+            n = n * 10 + c - 48
+            if digits > 18:
+                return DIGITS_HUGE
+    return n
+
+
+def plain_lines(block: bytes) -> tuple[bytes, int, bool] | None:
+    """A request head's field block (``field_list``'s form) as a proxy forwards it as it came:
+    ``(lines, content_length, connection)``, the lines without Host, Content-Length and a
+    ``keep-alive`` or ``close`` Connection (the next hop's own, RFC 9110 §7.2, RFC 9112 §6, §9.6),
+    the Content-Length (-1 without one), whether a Connection was cut. None when a field would
+    need more than that (every name ``dataplane.router.headers`` drops or refuses except those
+    three, a Connection listing names, Transfer-Encoding, Expect, Upgrade...): read the list then.
+
+    Each line is tested by its first letter, then against the names beginning with it; a name
+    beginning with "proxy-" or "x-b" (x-body-compressed) is never plain, whatever follows, nor is
+    "con" then n but Connection. A false alarm costs the header list, never a wrong forward.
+    """
+    # The lines are not joined again: the block is cut around the lines it loses (Host,
+    # Content-Length, Connection: two or three slices).
+    pieces: list[bytes] | None = None
+    kept_from = 0  # the block's bytes from here on are kept so far
+    at = 0  # where the line being read begins in the block (at its CRLF)
+    length = -1
+    connection = False
+    for line in _split(block, _CRLF):
+        size = len(line)
+        if size == 0:
+            continue  # before the block's first CRLF
+        end = at + 2 + size
+        first = line[0] | 0x20  # lower-cased, for a letter
+        cut = False
+        if first == 0x63:  # c
+            if size > 3 and line[3] | 0x20 == 0x6E:  # con-n-ection
+                if not _is_lower(line, b"connection") or not _closes_or_keeps(line):
+                    return None
+                connection = cut = True
+            elif _is_lower(line, b"content-length"):
+                if length >= 0:
+                    return None  # llhttp refuses two; never read one of them
+                length = _length_value(line)
+                cut = True
+            elif _is_lower(line, b"content-encoding"):
+                return None
+        elif first == 0x68:  # h
+            if _is_lower(line, b"host"):
+                cut = True
+            elif _is_lower(line, b"http2-settings"):
+                return None
+        elif first == 0x74:  # t
+            if _is_lower(line, b"te") or _is_lower(line, b"trailer") or _is_lower(line, b"transfer-encoding"):
+                return None
+        elif first == 0x78:  # x
+            if _has_prefix(line, b"x-b"):
+                return None
+        elif first == 0x70:  # p
+            if _has_prefix(line, b"proxy-"):
+                return None
+        elif first == 0x75:  # u
+            if _is_lower(line, b"upgrade"):
+                return None
+        elif first == 0x6B:  # k
+            if _is_lower(line, b"keep-alive"):
+                return None
+        elif first == 0x65 and _is_lower(line, b"expect"):  # e
+            return None
+        if cut:
+            if pieces is None:
+                pieces = []
+            if at > kept_from:
+                pieces.append(block[kept_from:at])
+            kept_from = end
+        at = end
+    if pieces is None:
+        return block, length, connection
+    if kept_from < len(block):
+        pieces.append(block[kept_from:])
+    return (pieces[0] if len(pieces) == 1 else b"".join(pieces)), length, connection
+
+
+def _closes_or_keeps(line: bytes) -> bool:
+    """Whether the value of Connection field ``line`` is "keep-alive" or "close" alone, in any
+    case, between spaces or tabs."""
+    start = 11  # after "connection:"
+    end = len(line)
+    while start < end and (line[start] == 0x20 or line[start] == 0x09):
+        start += 1
+    while end > start and (line[end - 1] == 0x20 or line[end - 1] == 0x09):
+        end -= 1
+    size = end - start
+    word = b"keep-alive" if size == 10 else b"close" if size == 5 else b""
+    if not word:
+        return False
+    for i in range(size):  # noqa: SIM110 (compiled, a loop; all() makes a generator)
+        if line[start + i] | 0x20 != word[i]:
+            return False
+    return True
+
+
 def classify_preface(data: bytes) -> Literal["h1", "h2", "more"]:
     """Which protocol a connection speaks, from its first bytes ("more": undecidable yet)."""
     n = min(len(data), len(H2_PREFACE))
@@ -159,7 +315,6 @@ def body_allowed(status: int) -> bool:
     return status >= 200 and status != 204 and status != 304
 
 
-_CRLF: Final = b"\r\n"
 # The content-length lines and the Content-Length values seen, formatted once each (bounded
 # tables: a lookup instead of formatting the number per answer or request; numbers past the
 # bound are formatted as before).

@@ -12,9 +12,21 @@ from __future__ import annotations
 from typing import Final, cast
 
 from dataplane.errors import BadRequest
-from dataplane.http.wire import BoxedHeaders
+from dataplane.http.wire import BoxedHeaders, field_list
 
 Headers = list[tuple[bytes, bytes]]
+# A request's end-to-end headers for the next hop: the list ``end_to_end`` keeps, or the field
+# lines an HTTP/1.1 client sent as it sent them (``Request.lines``: each led by CRLF), when the
+# front door found none a proxy drops or refuses but Host, Content-Length and a keep-alive or
+# close Connection, which it cut (``dataplane.http.wire.plain_lines``). An HTTP/1.1 pool writes
+# such lines as they are; an h2c one lists them (``forwarded_list``).
+Forwarded = Headers | bytes
+
+
+def forwarded_list(headers: Forwarded) -> Headers:
+    """``headers`` as a list (names lower-cased)."""
+    return field_list(headers) if isinstance(headers, bytes) else headers
+
 
 # Always dropped when crossing the proxy (lower-case; names arrive lower-cased from both
 # httptools callers and h2).

@@ -39,7 +39,7 @@ from dataplane.http.wire import body_allowed, encode_h1_head, length_line
 from dataplane.router.admission import Slot
 from dataplane.router.body import RequestBody
 from dataplane.router.fleet.workers import Worker
-from dataplane.router.headers import Headers
+from dataplane.router.headers import Forwarded, Headers
 from dataplane.router.metrics import CLIENT_GONE, RouterMetrics, RouteStats, count_outcome
 from dataplane.router.path.relay import CLIENT_CLOSED, StreamRelay, outcome_of, passes_through, relay_rest
 from dataplane.router.upstream.base import ResponseListener, StreamedResponse
@@ -130,7 +130,7 @@ class Host:
 
 
 # What the task path needs to send a request again: target, body, headers, the worker group.
-Resend = tuple[bytes, RequestBody, Headers, tuple[Worker, ...]]
+Resend = tuple[bytes, RequestBody, Forwarded, tuple[Worker, ...]]
 
 
 class Abandonable(Protocol):

@@ -30,7 +30,7 @@ from dataplane.router.admission import Admission, Slot
 from dataplane.router.balancer import Balancer
 from dataplane.router.body import RequestBody
 from dataplane.router.fleet.workers import Worker
-from dataplane.router.headers import Headers, end_to_end
+from dataplane.router.headers import Forwarded, Headers, end_to_end
 from dataplane.router.metrics import (
     CLIENT_GONE,
     UNREACHABLE,
@@ -44,12 +44,17 @@ from dataplane.router.upstream.h1.pool import H1Pool
 from dataplane.router.upstream.h2c.pool import H2Pool
 
 
-def forwarded_headers(request: Request, judged: bool) -> Headers:
+def forwarded_headers(request: Request, judged: bool) -> Forwarded:
     """The request's headers as a worker gets them (``headers.end_to_end``; a judged body that
-    is content-coded is refused there, before admission, SPEC §5.1). A request that came over
-    h2 holds no field with CR, LF or NUL in its name or value (one that could smuggle a header
-    line to an HTTP/1.1 worker): the h2 front door answers it 400 as malformed before any
-    handler sees it (``h2_fields``, RFC 9113 §8.2.1), so nothing is filtered here."""
+    is content-coded is refused there, before admission, SPEC §5.1), or the client's own field
+    lines when the front door found nothing in them to drop or refuse (``Request.lines``). A
+    request that came over h2 holds no field with CR, LF or NUL in its name or value (one that
+    could smuggle a header line to an HTTP/1.1 worker): the h2 front door answers it 400 as
+    malformed before any handler sees it (``h2_fields``, RFC 9113 §8.2.1), so nothing is
+    filtered here."""
+    lines = request.lines
+    if lines is not None:
+        return lines
     return end_to_end(request.headers, judged=judged)
 
 
@@ -93,7 +98,7 @@ class Forwarder(Host):
         responder: Responder,
         target: bytes,
         body: RequestBody,
-        headers: Headers,
+        headers: Forwarded,
         group: tuple[Worker, ...],
         extra: Headers,
         stream: bool,
@@ -266,7 +271,7 @@ class Forwarder(Host):
         responder: Responder,
         target: bytes,
         body: RequestBody,
-        headers: Headers,
+        headers: Forwarded,
         group: tuple[Worker, ...],
         extra: Headers,
         stream: bool,
@@ -338,7 +343,7 @@ class Forwarder(Host):
         responder: Responder,
         target: bytes,
         body: RequestBody,
-        headers: Headers,
+        headers: Forwarded,
         group: Sequence[Worker],
         extra: Headers,
         stream: bool,

@@ -39,7 +39,7 @@ from dataplane.router.contract.form import probe_form
 from dataplane.router.contract.probe import Probe, probe_body
 from dataplane.router.contract.routes import Route, RouteTable, canonical_path, split_target
 from dataplane.router.fleet.workers import Worker, WorkerSet
-from dataplane.router.headers import Headers, without_credentials
+from dataplane.router.headers import Forwarded, Headers, end_to_end, without_credentials
 from dataplane.router.metrics import RouterMetrics, RouteStats
 from dataplane.router.path.endpoints import Endpoints
 from dataplane.router.path.forwarder import Forwarder, ProxyConfig, forwarded_headers
@@ -300,11 +300,12 @@ class Proxy(Forwarder):
             work,
         )
 
-    def _forwarded(self, request: Request, judged: bool) -> Headers:
+    def _forwarded(self, request: Request, judged: bool) -> Forwarded:
         """The request's headers as a worker gets them (``forwarded_headers``), without the
         client's own credentials when the router checks or sends its own."""
-        headers = forwarded_headers(request, judged)
-        return without_credentials(headers) if self._strip else headers
+        if self._strip:
+            return without_credentials(end_to_end(request.headers, judged=judged))
+        return forwarded_headers(request, judged)
 
     def _group(self, model: str | None) -> tuple[str, tuple[Worker, ...]]:
         workers = self._state.workers

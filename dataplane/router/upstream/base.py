@@ -21,6 +21,7 @@ from mypy_extensions import mypyc_attr
 
 from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamTimeout, UpstreamUnreachable
 from dataplane.router.body import RequestBody
+from dataplane.router.headers import Forwarded
 
 __all__ = [
     "BodySink",
@@ -200,7 +201,7 @@ class UpstreamPool(Protocol):
         self,
         method: bytes,
         path: bytes,
-        headers: Headers,
+        headers: Forwarded,
         body: RequestBody,
         *,
         timeout_s: float,
@@ -211,7 +212,7 @@ class UpstreamPool(Protocol):
         §3.3): the pool sends ``bytes(body)`` without joining the segments first.
 
         ``headers`` are end-to-end request headers (lower-case names, no Host, no framing
-        headers); the pool adds Host/``:authority`` and the body framing. ``timeout_s`` bounds the
+        headers), or such field lines as an HTTP/1.1 client sent them (``Forwarded``); the pool adds Host/``:authority`` and the body framing. ``timeout_s`` bounds the
         whole exchange, body included. Raises ``UpstreamUnreachable`` (nothing reached the worker:
         safe to retry elsewhere), ``UpstreamTimeout``, ``UpstreamBodyIncomplete``.
         """

@@ -26,7 +26,7 @@ from typing import Final
 
 from dataplane.http.wire import decimal
 from dataplane.router.body import RequestBody
-from dataplane.router.headers import Headers
+from dataplane.router.headers import Forwarded
 from dataplane.router.upstream.base import ResponseListener, UpstreamTimeouts, UpstreamUnreachable
 from dataplane.router.upstream.deadlines import Deadlines
 from dataplane.router.upstream.h1.connection import (
@@ -97,7 +97,7 @@ class H1Pool(ConnectionHome):
         self,
         method: bytes,
         path: bytes,
-        headers: Headers,
+        headers: Forwarded,
         body: RequestBody,
         *,
         timeout_s: float,
@@ -121,7 +121,7 @@ class H1Pool(ConnectionHome):
         self,
         method: bytes,
         path: bytes,
-        headers: Headers,
+        headers: Forwarded,
         body: RequestBody,
         *,
         timeout_s: float,
@@ -144,10 +144,11 @@ class H1Pool(ConnectionHome):
         return conn
 
     def _head(
-        self, method: bytes, path: bytes, headers: Headers, body: RequestBody, with_body: bool = False
+        self, method: bytes, path: bytes, headers: Forwarded, body: RequestBody, with_body: bool = False
     ) -> bytes:
         """Request line and headers (RFC 9112 §3, §6.2: the body is framed by Content-Length),
-        then the body itself if ``with_body`` (a ``bytes`` body)."""
+        then the body itself if ``with_body`` (a ``bytes`` body). ``headers`` as field lines
+        (``Forwarded``) go as they are."""
         # The pieces, then one join: compiled (scripts/build_mypyc.sh), a %-format and an
         # in-place add per header were a new bytes object each.
         if method == b"POST":
@@ -162,15 +163,18 @@ class H1Pool(ConnectionHome):
             parts = [b"%s %s HTTP/1.1%s\r\ncontent-length: %d" % (method, path, self._host_line, len(body))]
         else:
             parts = [b"%s %s HTTP/1.1%s" % (method, path, self._host_line)]
-        starts = _LINE_STARTS
-        for name, value in headers:
-            start = starts.get(name)
-            if start is None:
-                start = b"\r\n" + name + b": "
-                if len(starts) < _MAX_LINE_STARTS and len(name) <= _MAX_CACHED_NAME_BYTES:
-                    starts[name] = start
-            parts.append(start)
-            parts.append(value)
+        if isinstance(headers, bytes):
+            parts.append(headers)
+        else:
+            starts = _LINE_STARTS
+            for name, value in headers:
+                start = starts.get(name)
+                if start is None:
+                    start = b"\r\n" + name + b": "
+                    if len(starts) < _MAX_LINE_STARTS and len(name) <= _MAX_CACHED_NAME_BYTES:
+                        starts[name] = start
+                parts.append(start)
+                parts.append(value)
         parts.append(b"\r\n\r\n")
         if with_body and body:
             assert isinstance(body, bytes)

@@ -23,6 +23,7 @@ from collections import deque
 
 from dataplane.errors import RouterError, UpstreamTimeout, UpstreamUnreachable
 from dataplane.router.body import RequestBody
+from dataplane.router.headers import Forwarded, forwarded_list
 from dataplane.router.upstream.base import ResponseListener, UpstreamTimeouts
 from dataplane.router.upstream.h2c.connection import (
     DEFAULT_MAX_STREAMS,
@@ -79,7 +80,7 @@ class H2Pool(ConnectionPool):
         self,
         method: bytes,
         path: bytes,
-        headers: list[tuple[bytes, bytes]],
+        headers: Forwarded,
         body: RequestBody,
         *,
         timeout_s: float,
@@ -87,10 +88,11 @@ class H2Pool(ConnectionPool):
         # Bound once: get_running_loop() is a getpid() syscall per call on 3.11.
         loop = self._loop or self._bind_loop()
         deadline = loop.time() + timeout_s
+        fields = forwarded_list(headers)
         if self._auth:
-            headers = headers + self._auth
+            fields = fields + self._auth
         conn = self._pick() or await self._acquire(deadline)
-        stream = conn.start(method, path, headers, body, deadline)
+        stream = conn.start(method, path, fields, body, deadline)
         try:
             await stream.response_started()
         except UpstreamUnreachable:
@@ -100,7 +102,7 @@ class H2Pool(ConnectionPool):
             # HEADERS, RFC 9113 §6.8, or REFUSED_STREAM §8.7): once more on this worker (on a
             # new connection if that one is draining) before the request path tries another.
             conn = self._pick() or await self._acquire(deadline)
-            stream = conn.start(method, path, headers, body, deadline)
+            stream = conn.start(method, path, fields, body, deadline)
             await stream.response_started()
         return stream
 
@@ -108,7 +110,7 @@ class H2Pool(ConnectionPool):
         self,
         method: bytes,
         path: bytes,
-        headers: list[tuple[bytes, bytes]],
+        headers: Forwarded,
         body: RequestBody,
         *,
         timeout_s: float,
@@ -132,11 +134,12 @@ class H2Pool(ConnectionPool):
             return None
         if not conn.heard_from_peer:
             return None
+        fields = forwarded_list(headers)
         if self._auth:
-            headers = headers + self._auth
+            fields = fields + self._auth
         now = loop.time()
-        stream = conn.start(method, path, headers, body, now + timeout_s, now)
-        stream.listen(listener, self, (method, path, headers))
+        stream = conn.start(method, path, fields, body, now + timeout_s, now)
+        stream.listen(listener, self, (method, path, fields))
         return stream
 
     def retry(self, refused: H2Stream, listener: ResponseListener) -> None:
