@@ -12,16 +12,21 @@ from pathlib import Path
 from tests.fakes.engine_sim import wait_until
 from tests.fakes.process import ROOT
 
-# A child that records its PID, exits 3 on its first run (a crash), and on SIGTERM "drains"
-# for 0.3 s then exits 0. Like the router's main, it first follows its parent (die_with_parent).
+# A child that records its PID; the first to create the "crashed" marker (O_EXCL: exactly one
+# of the children starting together, however they interleave) exits 3 (a crash); on SIGTERM
+# a child "drains" for 0.3 s then exits 0. Like the router's main, it first follows its parent
+# (die_with_parent).
 CHILD = r"""
 import os, signal, sys, time
 from controlplane.envflags import die_with_parent
 die_with_parent()
 d = sys.argv[1]
-runs = len(os.listdir(d))
 open(os.path.join(d, str(os.getpid())), "w").close()
-if runs == 0:
+try:
+    os.close(os.open(os.path.join(d, "crashed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+except FileExistsError:
+    pass
+else:
     sys.exit(3)
 def stop(*_):
     time.sleep(0.3)
@@ -60,7 +65,8 @@ def test_crashed_child_restarted_and_sigterm_drains_all(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        assert wait_until(lambda: len(list(tmp_path.iterdir())) >= 3, timeout_s=10)
+        # Three PIDs (the crashed child, its restart, the other) and the marker.
+        assert wait_until(lambda: len(list(tmp_path.iterdir())) >= 4, timeout_s=10)
         time.sleep(0.2)
         pids = [int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()]
         alive = [p for p in pids if _alive(p)]
@@ -81,14 +87,14 @@ def test_crashed_child_restarted_and_sigterm_drains_all(tmp_path: Path) -> None:
 
 def test_children_die_with_a_killed_supervisor(tmp_path: Path) -> None:
     """Children of a SIGKILLed supervisor get SIGTERM from the kernel: no orphans."""
-    (tmp_path / "seed").touch()  # no crash on first run
+    (tmp_path / "crashed").touch()  # no child crashes
     proc = subprocess.Popen(
         [sys.executable, "-c", SUPERVISOR, CHILD, str(tmp_path)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
     )
     try:
-        assert wait_until(lambda: len(list(tmp_path.iterdir())) >= 3, timeout_s=10)
+        assert wait_until(lambda: len(list(tmp_path.iterdir())) >= 3, timeout_s=10)  # the marker, 2 PIDs
         pids = [int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()]
         proc.kill()
         proc.wait()
