@@ -164,3 +164,21 @@ def test_absolute_form_targets_are_routed_on_their_path() -> None:
     assert split_target(b"http://r?a=1") == (b"/", b"?a=1")
     assert split_target(b"http://r") == (b"/", b"")
     assert split_target(b"*") == (b"*", b"")
+
+
+def test_field_lines_are_listed_once_per_distinct_lines_within_a_bound() -> None:
+    """An h2c worker gets a list: the same lines give the same list (read once), other lines
+    their own, and the lines remembered stay bounded."""
+    from dataplane.http.wire import field_list
+    from dataplane.router.headers import _LISTED, _LISTED_MAX, forwarded_list
+
+    lines = b"\r\nAccept: */*\r\nX-Trace:  a "
+    first = forwarded_list(lines)
+    assert first == field_list(lines) == [(b"accept", b"*/*"), (b"x-trace", b"a ")]
+    assert forwarded_list(bytes(bytearray(lines))) is first  # an equal, new object
+    assert forwarded_list(b"\r\nAccept: text/plain") == [(b"accept", b"text/plain")]
+    for i in range(3 * _LISTED_MAX):
+        assert forwarded_list(b"\r\nx-n: %d" % i) == [(b"x-n", b"%d" % i)]
+    assert len(_LISTED) <= _LISTED_MAX
+    listed = [(b"a", b"1")]
+    assert forwarded_list(listed) is listed
