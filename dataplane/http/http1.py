@@ -95,6 +95,8 @@ class Http1Connection(AnswerQueue):
         self._length = 0  # the lean request's Content-Length (0: none)
         self._block = b""  # the lean request's field lines, each led by CRLF
         self._lines: bytes | None = None  # those an HTTP/1.1 hop may get as they came
+        self._lean_method = b""  # the lean request's method and version, from its request line
+        self._http10 = False
         # Bound once: compiled, a call by name looks the method up on every call.
         parser = self._parser
         self._feed: Callable[[bytes], None] = parser.feed_data
@@ -347,6 +349,8 @@ class Http1Connection(AnswerQueue):
                 len(head) + 4 <= self._max_header
                 and head.startswith(method)  # not led by empty lines (llhttp skips them)
                 and (len(head) == cr or (len(head) > cr + 1 and head[cr] == 13 and head[cr + 1] == 10))
+                and head[cr - 3] == 0x31  # "HTTP/1.x": 1.1 or 1.0 (else the listing parser answers)
+                and (head[cr - 1] == 0x31 or head[cr - 1] == 0x30)
             ):
                 block = head[cr:]
                 plain = plain_lines(block)
@@ -359,6 +363,8 @@ class Http1Connection(AnswerQueue):
                         self._length = length
                     self._block = block
                     self._lines = lines
+                    self._lean_method = method
+                    self._http10 = head[cr - 1] == 0x30
                     self._next = len(head) + 4 + self._length
                     return
         self._replay_from = start
@@ -398,22 +404,27 @@ class Http1Connection(AnswerQueue):
             self._in_message = False
             return
         keep_alive = self._keeps_alive()
-        http10 = False
-        # get_http_version() costs ~1 µs: only ask when another version than 1.1 is possible (no
-        # keep-alive, or an explicit Connection header, which 1.0 needs for keep-alive).
-        if not keep_alive or self._connection_header:
-            version = self._version()
-            if version != "1.1":
-                if version != "1.0":
-                    # llhttp takes a request line without version for HTTP/0.9, and parses 2.0.
-                    self._error = NO_VERSION if version == "0.9" else VERSION_NOT_SUPPORTED
-                    raise _Stop
-                http10 = True
+        lines = self._lines
+        if lines is not None:  # read lean: method and version read from its request line
+            method = self._lean_method
+            http10 = self._http10
+        else:
+            method = self._method()
+            http10 = False
+            # get_http_version() costs ~1 µs: only ask when another version than 1.1 is possible
+            # (no keep-alive, or an explicit Connection header, which 1.0 needs for keep-alive).
+            if not keep_alive or self._connection_header:
+                version = self._version()
+                if version != "1.1":
+                    if version != "1.0":
+                        # llhttp takes a request line without version for HTTP/0.9, parses 2.0.
+                        self._error = NO_VERSION if version == "0.9" else VERSION_NOT_SUPPORTED
+                        raise _Stop
+                    http10 = True
         self._in_message = False
         keep_alive = keep_alive and not self.ctx.draining
         parts = self._body
         body = b"" if parts is None else parts if isinstance(parts, bytes) else b"".join(parts)
-        method = self._method()
         resp = H1Responder(self, keep_alive, method, http10)
         if self._counted:
             self._held += self._counted
@@ -428,7 +439,6 @@ class Http1Connection(AnswerQueue):
         elif outstanding >= self.limits.h1_max_pipelined and self.transport is not None:
             self.transport.pause_reading()
             self._reading_paused = True
-        lines = self._lines
         if lines is None:
             request = Request(method, self._url, self._headers, body, False)
         else:
