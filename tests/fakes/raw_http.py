@@ -111,6 +111,7 @@ class CaptureWorker:
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, str], bytes]] = []
+        self.heads: list[bytes] = []  # each recorded POST's head as it arrived (without CRLF CRLF)
         self.answer_headers = b""
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
@@ -156,6 +157,7 @@ class CaptureWorker:
                     answer = b"{}"
                 else:
                     self.requests.append((target, headers, body))
+                    self.heads.append(head)
                     answer = b'{"ok":true}'
                     extra = self.answer_headers
                 conn.sendall(

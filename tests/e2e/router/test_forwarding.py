@@ -127,6 +127,25 @@ def test_end_to_end_headers_are_forwarded_and_hop_by_hop_dropped(
     assert "te" not in headers
 
 
+def test_a_head_with_nothing_to_drop_reaches_the_worker_as_the_client_wrote_its_lines(
+    recorded: RouterProcess, capture: CaptureWorker
+) -> None:
+    """The client's end-to-end lines cross byte for byte (case, spacing, order); Host,
+    Content-Length and Connection are the router's own, the length that of the injected body."""
+    sent = b'{"model":"audit-model","prompt":"x"}'
+    request(recorded, "POST", "/v1/completions", sent, headers="X-Trace:  a b \r\nUser-Agent: t/1\r\n")
+    head, body = capture.heads[-1], capture.requests[-1][2]
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"POST /v1/completions HTTP/1.1"
+    assert lines[-3:] == [b"X-Trace:  a b ", b"User-Agent: t/1", b"Content-Type: application/json"]
+    assert body != sent and json.loads(body)["temperature"] == 0.5  # injected
+    own = {line.partition(b":")[0].lower(): line.partition(b":")[2].strip() for line in lines[1:-3]}
+    assert own == {
+        b"host": capture.url.removeprefix("http://").encode(),
+        b"content-length": b"%d" % len(body),
+    }
+
+
 @pytest.mark.parametrize("keep_alive", [True, False])
 def test_the_workers_answer_headers_cross_but_its_hop_by_hop_ones_do_not(
     recorded: RouterProcess, capture: CaptureWorker, keep_alive: bool
