@@ -24,6 +24,7 @@ class H2cWorker(asyncio.Protocol):
         )
         self.transport: asyncio.Transport | None = None
         self._bodies: dict[int, list[bytes]] = {}
+        self.heads: dict[int, list[tuple[bytes, bytes]]] = {}  # each stream's request header block
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -39,6 +40,7 @@ class H2cWorker(asyncio.Protocol):
         for event in self.h2.receive_data(data):
             if isinstance(event, h2.events.RequestReceived):
                 self._bodies[event.stream_id] = []  # type: ignore[index]
+                self.heads[event.stream_id] = list(event.headers)  # type: ignore[index,arg-type]
             elif isinstance(event, h2.events.DataReceived):
                 sid: int = event.stream_id  # type: ignore[assignment]
                 self._bodies[sid].append(event.data)  # type: ignore[arg-type]

@@ -164,6 +164,10 @@ class CodecOutput:
         ]
         static = STATIC_NAMES
         for name, value in headers:
+            if value and (value[-1] == 0x20 or value[-1] == 0x09):
+                # Trailing whitespace is no part of an HTTP/1.1 field's value (RFC 9110 §5.5;
+                # llhttp keeps it), and makes an h2 field malformed (RFC 9113 §8.2.1).
+                value = value.rstrip(b" \t")
             prefix = static.get(name)
             parts.append(
                 prefix + hpack_str(value) if prefix else b"\x00" + hpack_str(name) + hpack_str(value)

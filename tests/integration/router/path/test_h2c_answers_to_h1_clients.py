@@ -21,11 +21,15 @@ from tests.fakes.relay_case import MODEL, RelayCase
 CONTRACT = '{"temperature": 0.5}'
 
 
+HEADS: list[list[tuple[bytes, bytes]]] = []  # every request's header block, as the worker read it
+
+
 class Worker(H2cWorker):
     """Answers each request with the status its ``user`` field names and ``max_tokens`` bytes,
     always with the same headers: one header block per status, repeated."""
 
     def request_ended(self, stream_id: int, body: bytes) -> None:
+        HEADS.append(self.heads.pop(stream_id))
         fields = json.loads(body)
         status = int(fields.get("user", 200))  # the warm-up (``RelayCase.client``): 200
         data = b"b" * fields["max_tokens"] if status not in (204, 304) else b""
@@ -108,3 +112,33 @@ async def test_each_answer_has_its_own_status_length_and_body_over_a_shared_head
         assert case.router is not None
         stats = case.router.metrics.route("/v1/chat/completions")
         assert dict(stats.by_status) == {200: 2 * (1 + 5), 404: 2 * 2, 204: 2}  # with the warm-ups
+
+
+async def test_an_http1_clients_headers_reach_the_h2c_worker_lower_cased_in_order() -> None:
+    """Whether the front door read the head from its bytes (plain lines, twice: the second from
+    the router's list of lines read before) or listed it (TE, dropped by name), the worker gets
+    the client's end-to-end fields, lower-cased, in order, without the trailing whitespace an h2
+    field may not have (RFC 9113 §8.2.1), and none of Host, Connection, TE."""
+    plain = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nX-Trace:  a b \r\nUser-Agent: t/1\r\n"
+        b"Connection: keep-alive\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+    )
+    fields = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 1}
+    body = json.dumps(fields).encode()
+    listed = plain.replace(b"User-Agent: t/1", b"TE: trailers")
+    async with Case("--override-sampling-params", CONTRACT) as case:
+        reader, writer = await case.client()
+        answers = Answers()
+        for raw in (plain, plain, listed):
+            HEADS.clear()
+            writer.write(raw % (len(body), body))
+            assert (await read_answer(reader, answers))[0] == 200
+            [head] = HEADS
+            regular = [(name, value) for name, value in head if not name.startswith(b":")]
+            expected = [(b"x-trace", b"a b")]  # its trailing space no part of it (RFC 9110 §5.5)
+            expected += [] if raw is listed else [(b"user-agent", b"t/1")]
+            assert regular[: len(expected) + 1] == [*expected, (b"content-type", b"application/json")]
+            names = [name for name, _ in regular]
+            assert not {b"host", b"connection", b"te"} & set(names)
+        writer.close()
+        await writer.wait_closed()
