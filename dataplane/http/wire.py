@@ -160,12 +160,16 @@ def _is_lower(line: bytes, name: bytes) -> bool:
 
 def _has_prefix(line: bytes, prefix: bytes) -> bool:
     """Whether ``line`` begins with ``prefix`` (lower-case letters, digits and "-") in any case."""
-    if len(line) < len(prefix):
-        return False
+    return len(line) >= len(prefix) and _spells_at(line, 0, prefix)
+
+
+def _spells_at(line: bytes, start: int, word: bytes) -> bool:
+    """Whether ``line`` holds ``word`` (lower-case letters, digits and "-") at ``start``, in any
+    case; ``line`` must be long enough."""
     # x | 0x20 is a lower-case letter only for a letter, a digit only for that digit, and "-"
     # only for "-" or CR (never in a field line).
-    for i in range(len(prefix)):  # noqa: SIM110 (compiled, a loop; all() makes a generator)
-        if line[i] | 0x20 != prefix[i]:
+    for i in range(len(word)):  # noqa: SIM110 (compiled, a loop; all() makes a generator)
+        if line[start + i] | 0x20 != word[i]:
             return False
     return True
 
@@ -270,13 +274,9 @@ def _closes_or_keeps(line: bytes) -> bool:
     while end > start and (line[end - 1] == 0x20 or line[end - 1] == 0x09):
         end -= 1
     size = end - start
-    word = b"keep-alive" if size == 10 else b"close" if size == 5 else b""
-    if not word:
-        return False
-    for i in range(size):  # noqa: SIM110 (compiled, a loop; all() makes a generator)
-        if line[start + i] | 0x20 != word[i]:
-            return False
-    return True
+    if size == 10:
+        return _spells_at(line, start, b"keep-alive")
+    return size == 5 and _spells_at(line, start, b"close")
 
 
 def classify_preface(data: bytes) -> Literal["h1", "h2", "more"]:

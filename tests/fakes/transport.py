@@ -5,6 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from dataplane.http.context import ServerContext
+from dataplane.http.http1 import Http1Connection
+from dataplane.http.limits import ServerLimits
+from dataplane.http.request import Handler
+
 
 class RecordingTransport(asyncio.Transport):
     """Collects what the server writes (``out``; ``writes``: each write apart, how many writes
@@ -51,3 +56,16 @@ class RecordingTransport(asyncio.Transport):
 
     def get_write_buffer_size(self) -> int:
         return 0
+
+
+async def feed_reads(handler: Handler, chunks: list[bytes], **limits: Any) -> RecordingTransport:
+    """A front-door HTTP/1.1 connection serving ``handler`` is given ``chunks``, one read each
+    (the loop runs once between reads); the transport it writes to."""
+    ctx = ServerContext(handler=handler, limits=ServerLimits(**limits), loop=asyncio.get_running_loop())
+    conn = Http1Connection(ctx)
+    transport = RecordingTransport()
+    conn.connection_made(transport)
+    for chunk in chunks:
+        conn.data_received(chunk)
+        await asyncio.sleep(0)
+    return transport

@@ -10,13 +10,10 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane.http.context import ServerContext
-from dataplane.http.http1 import Http1Connection
-from dataplane.http.limits import ServerLimits
 from dataplane.http.request import Request, Responder
 from dataplane.http.wire import field_list
 from dataplane.router.headers import end_to_end
-from tests.fakes.transport import RecordingTransport
+from tests.fakes.transport import RecordingTransport, feed_reads
 
 Seen = tuple[bytes, bytes, list[tuple[bytes, bytes]], bytes | None, bytes]
 
@@ -28,13 +25,7 @@ async def _serve(chunks: list[bytes], **limits: int) -> tuple[list[Seen], Record
         seen.append((req.method, req.path, req.headers, req.lines, req.body))
         resp.respond(200, [], b"ok")
 
-    ctx = ServerContext(handler=record, limits=ServerLimits(**limits), loop=asyncio.get_running_loop())
-    conn = Http1Connection(ctx)
-    transport = RecordingTransport()
-    conn.connection_made(transport)
-    for chunk in chunks:
-        conn.data_received(chunk)
-        await asyncio.sleep(0)
+    transport = await feed_reads(record, chunks, **limits)
     await asyncio.sleep(0.01)
     return seen, transport
 

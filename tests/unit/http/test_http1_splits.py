@@ -13,7 +13,7 @@ from dataplane.http.context import ServerContext
 from dataplane.http.http1 import Http1Connection
 from dataplane.http.limits import ServerLimits
 from dataplane.http.request import Request, Responder
-from tests.fakes.transport import RecordingTransport
+from tests.fakes.transport import RecordingTransport, feed_reads
 
 
 async def _echo(req: Request, resp: Responder) -> None:
@@ -39,14 +39,7 @@ PIPELINE = (
 
 
 async def _serve(chunks: list[bytes], **limits: Any) -> RecordingTransport:
-    loop = asyncio.get_running_loop()
-    ctx = ServerContext(handler=_echo, limits=ServerLimits(**limits), loop=loop)
-    conn = Http1Connection(ctx)
-    transport = RecordingTransport()
-    conn.connection_made(transport)
-    for chunk in chunks:
-        conn.data_received(chunk)
-        await asyncio.sleep(0)
+    transport = await feed_reads(_echo, chunks, **limits)
     for _ in range(200):
         if transport.closed:
             break
