@@ -16,6 +16,7 @@ appended inside it, so it overrides the client's (or creates it when absent or n
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -67,6 +68,10 @@ class DialectRules:
     # Contracted fields the dialect cannot carry that the contract needs sent (exact values,
     # bands with a default): every request on such a route violates them.
     refused: tuple[FieldRule, ...]
+    # What a top-level dialect splices in, rendered once per set of absent fields: key
+    # ``mask << 1 | comma``, bit i of ``mask`` for ``table[i]`` injected, ``comma`` for a body
+    # that needs one before the pairs (``insertion``). At most 2 ** (len(table) + 1) entries.
+    insertions: dict[int, bytes] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,31 +182,56 @@ def enforce(compiled: CompiledContract, probe: Probe, body: bytes, route: str = 
         return _enforce_batch(rules, probe, body, route)
     states = probe.states
     values = probe.values
-    pairs: list[bytes] = []
-    violated: list[FieldRule] = []
+    # The fields to inject as bits (no list per request: the rendered pairs are cached by it).
+    mask = 0
+    bit = 1
+    violated: list[FieldRule] | None = None
     for index, inject, judge, lo, hi, rule in rules.table:
         state = states[index]
         if state == ABSENT:
             if inject is not None:
-                pairs.append(inject)
+                mask |= bit
         elif judge and not (state == NUMBER and lo <= values[index] <= hi):
             # exact: lo == hi, so the test above is float equality (NaN never passes)
+            if violated is None:
+                violated = []
             violated.append(rule)
-    if violated or rules.refused:
-        _refuse(violated, rules.refused, probe, dialect, route)
-    if not pairs:
+        bit <<= 1
+    if violated is not None or rules.refused:
+        _refuse(violated or [], rules.refused, probe, dialect, route)
+    if not mask:
         return body
     if dialect.form:
         injected = {
             r.name: r.literal for i, _, _, _, _, r in rules.table if states[i] == ABSENT and r.literal
         }
-        return splice_form(probe, body, pairs, injected)
+        return splice_form(probe, body, _pairs(rules, mask), injected)
     if dialect.container or len(body) >= SEGMENTED_FROM:
-        return splice(probe, body, pairs)
+        return splice(probe, body, _pairs(rules, mask))
     # ``splice`` of a small top-level body, inlined: the per-request path of chat.
     at = probe.insert_at
     # One join: chained concatenation made a body-sized temporary per ``+``.
-    return b"".join((body[:at], b"," if probe.needs_comma else b"", b",".join(pairs), body[at:]))
+    return b"".join((body[:at], _insertion(rules, mask, probe.needs_comma), body[at:]))
+
+
+def _pairs(rules: DialectRules, mask: int) -> list[bytes]:
+    """The pairs to inject (``inject`` of each ``table`` entry whose bit is set in ``mask``)."""
+    pairs: list[bytes] = []
+    for i, entry in enumerate(rules.table):
+        inject = entry[1]
+        if mask >> i & 1 and inject is not None:
+            pairs.append(inject)
+    return pairs
+
+
+def _insertion(rules: DialectRules, mask: int, comma: bool) -> bytes:
+    """The bytes spliced before a top-level body's final ``}``: the pairs of ``mask``
+    (``_pairs``), led by a comma if ``comma``; rendered once, then taken from ``insertions``."""
+    key = mask << 1 | comma
+    cached = rules.insertions.get(key)
+    if cached is None:
+        cached = rules.insertions[key] = (b"," if comma else b"") + b",".join(_pairs(rules, mask))
+    return cached
 
 
 def _enforce_batch(rules: DialectRules, probe: Probe, body: bytes, route: str) -> RequestBody:

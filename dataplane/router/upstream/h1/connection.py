@@ -79,8 +79,9 @@ class ConnectionHome:
 HIGH_WATER: Final = 1 << 20  # pause reading from the worker above this many unsent bytes
 _COALESCE_BODY_BYTES: Final = 256 * 1024  # copy head + body into one write below this size
 _SLACK_S: Final = 0.001  # a deadline within this much is due now (uvloop's timers have ms resolution)
-# Compiled, ``raw.find(...)`` is a lookup of the method by name on every call; this is not.
+# Compiled, ``raw.find(...)`` is a lookup of the method by name on every call; these are not.
 _find: Final = bytes.find
+_split: Final = bytes.split
 
 
 def _plain_names(lines: bytes) -> bool:
@@ -94,7 +95,7 @@ def _plain_names(lines: bytes) -> bool:
     httptools hands a parser's headers over only through ``on_header``, a Python call per
     header (~2k instructions each); this is one ``split`` and a byte test per line.
     """
-    for line in lines.split(b"\r\n"):
+    for line in _split(lines, b"\r\n"):
         if len(line) < 4:
             return False
         first = line[0] | 0x20  # lower-cased, for a letter

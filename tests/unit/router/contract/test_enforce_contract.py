@@ -87,6 +87,25 @@ def test_exact_values_are_injected_when_absent_or_null() -> None:
     assert _run('{"n": 1.0}', b'{"n": null}') == b'{"n": null,"n":1}'
 
 
+def test_one_compiled_contract_injects_what_each_body_lacks() -> None:
+    """A snapshot serves every request: each body gets the pairs it lacks, whatever the bodies
+    before it lacked (with or without a comma before them), in §2 order."""
+    compiled = compile_contract(parse_contract_json(SEED), scope="*", revision=1)
+    cases = [
+        (b'{"model":"m"}', b'{"model":"m","temperature":1.0,"top_p":0.95,"n":1}'),
+        (b'{"top_p":0.95}', b'{"top_p":0.95,"temperature":1.0,"n":1}'),
+        (b"{}", b'{"temperature":1.0,"top_p":0.95,"n":1}'),
+        (b'{"n":1,"temperature":1}', b'{"n":1,"temperature":1,"top_p":0.95}'),
+        (b'{"model":"m"}', b'{"model":"m","temperature":1.0,"top_p":0.95,"n":1}'),
+        (b"{ }", b'{ "temperature":1.0,"top_p":0.95,"n":1}'),
+        (b'{"top_p":0.95}', b'{"top_p":0.95,"temperature":1.0,"n":1}'),
+    ]
+    for body, forwarded in cases * 2:
+        assert enforce(compiled, probe_body(body, CHAT), body) == forwarded
+    every = b'{"temperature":1,"top_p":0.95,"n":1}'
+    assert enforce(compiled, probe_body(every, CHAT), every) is every
+
+
 def test_band_injects_its_default_only() -> None:
     """A band without default passes an absent field; with one, injects the default."""
     assert _run('{"top_k": {"min": 1, "max": 50}}', b"{}") == b"{}"
