@@ -70,7 +70,7 @@ class DialectRules:
     refused: tuple[FieldRule, ...]
     # What a top-level dialect splices in, rendered once per set of absent fields: key
     # ``mask << 1 | comma``, bit i of ``mask`` for ``table[i]`` injected, ``comma`` for a body
-    # that needs one before the pairs (``insertion``). At most 2 ** (len(table) + 1) entries.
+    # that needs one before the pairs (``_insertion``). At most 2 ** (len(table) + 1) entries.
     insertions: dict[int, bytes] = dataclasses.field(default_factory=dict)
 
 
