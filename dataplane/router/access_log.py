@@ -7,10 +7,13 @@ the end of its answer (streams included), ``client`` is the ``--api-keys`` name 
 ``worker`` the URL of the worker chosen (null when none was), ``revision`` the applied contract
 revision (-1: none received yet).
 
-Cheap by construction: the request path appends one tuple to a list (``RouteStats.observe``, the
-place every answer is already counted); a timer of the router encodes the batch with msgspec and
-writes it with one ``write`` every ``FLUSH_INTERVAL_S`` (sooner past ``FLUSH_LINES``). The buffer
-is capped (``MAX_BUFFERED``): lines past the cap, and batches a failing sink refuses, are dropped
+Cheap by construction: the request path (``RouteStats.observe``, the place every answer is
+already counted) appends the line's time and duration and its ``Shape``: the other fields,
+pre-encoded once for each distinct set (answers repeat their route, method, status and worker),
+so a buffered line holds two floats, not an object of nine fields. A timer of the router encodes the
+batch's numbers with one msgspec call, splices them between the shapes' parts, and writes the
+batch with one ``write`` every ``FLUSH_INTERVAL_S`` (sooner past ``FLUSH_LINES``). The buffer is
+capped (``MAX_BUFFERED``): lines past the cap, and batches a failing sink refuses, are dropped
 and counted (``fleetplane_access_log_dropped_total``) instead of slowing the answers down.
 """
 
@@ -25,7 +28,6 @@ from typing import Final
 
 import msgspec
 import structlog
-from mypy_extensions import mypyc_attr
 
 from dataplane.http import Responder
 from dataplane.router.state import RouterState
@@ -38,32 +40,93 @@ FLUSH_INTERVAL_S: Final = 0.5
 FLUSH_LINES: Final = 4096
 MAX_BUFFERED: Final = 65536
 _now: Final = time
+_ENCODER: Final = msgspec.json.Encoder()
+# Distinct lines' repeated parts kept (route, method, status, code, client, worker, revision):
+# past this many, the cache starts over (a client cycling methods or keys only costs encoding).
+_MAX_SHAPES: Final = 1024
 
 
-# Compiled (scripts/build_mypyc.sh), the Struct stays a Python class: msgspec builds and
-# encodes it, a native class could not be one.
-@mypyc_attr(native_class=False)
-class AccessLine(msgspec.Struct):
-    """One line of the access log, in the order it is written (buffered as is: one object per
-    request, encoded at flush)."""
+class Shape:
+    """The parts of a line that repeat from one answer to the next, pre-encoded: ``head`` is
+    everything between the time and the duration (route, method, status, code), ``tail`` the
+    rest (client, worker, revision, the closing brace and the newline)."""
 
-    time: float
-    route: str
-    method: str | None
-    status: int
-    code: str | None
-    duration_s: float
-    client: str | None
-    worker: str | None
-    revision: int
+    __slots__ = ("client", "code", "head", "method", "revision", "route", "status", "tail")
+
+    def __init__(
+        self,
+        route: str,
+        method: str | None,
+        status: int,
+        code: str | None,
+        client: str | None,
+        worker: str | None,
+        revision: int,
+    ) -> None:
+        self.route = route
+        self.method = method
+        self.status = status
+        self.code = code
+        self.client = client
+        self.revision = revision
+        encode = _ENCODER.encode
+        # Every value through msgspec (escaped as the encoder escapes it), never pasted raw.
+        self.head = b"".join(
+            [
+                b',"route":',
+                encode(route),
+                b',"method":',
+                encode(method),
+                b',"status":',
+                encode(status),
+                b',"code":',
+                encode(code),
+                b',"duration_s":',
+            ]
+        )
+        self.tail = b"".join(
+            [
+                b',"client":',
+                encode(client),
+                b',"worker":',
+                encode(worker),
+                b',"revision":',
+                encode(revision),
+                b"}\n",
+            ]
+        )
+
+    def same(
+        self, route: str, method: str | None, status: int, code: str | None, client: str | None, revision: int
+    ) -> bool:
+        """Whether a line with these fields (and this shape's worker) is of this shape."""
+        return (
+            self.status == status
+            and self.route == route
+            and self.method == method
+            and self.code == code
+            and self.client == client
+            and self.revision == revision
+        )
 
 
-_ENCODER = msgspec.json.Encoder()
+def encode_lines(numbers: list[float], shapes: list[Shape]) -> bytes:
+    """The JSON lines of buffered answers: ``numbers`` holds each line's time and duration in
+    turn, ``shapes`` the rest of each line.
 
-
-def encode_lines(entries: list[AccessLine]) -> bytes:
-    """The JSON lines (newline-terminated) of buffered entries, in one buffer."""
-    return _ENCODER.encode_lines(entries)
+    The batch's numbers are encoded by one msgspec call (a JSON array of floats: no comma inside
+    any of them) and split, then spliced between the shapes' parts."""
+    encoded = _ENCODER.encode(numbers)[1:-1].split(b",")
+    parts: list[bytes] = []
+    at = 0
+    for shape in shapes:
+        parts.append(b'{"time":')
+        parts.append(encoded[at])
+        parts.append(shape.head)
+        parts.append(encoded[at + 1])
+        parts.append(shape.tail)
+        at += 2
+    return b"".join(parts)
 
 
 def _method_name(method: bytes) -> str | None:
@@ -86,7 +149,13 @@ class AccessLog:
         self.sink = sink
         self._max = max_buffered
         self._state = state
-        self.entries: list[AccessLine] = []
+        # The buffered lines: each one's time and duration in ``numbers``, the rest in ``shapes``.
+        self.numbers: list[float] = []
+        self.shapes: list[Shape] = []
+        # The last shape of each worker's answers (None: answers no worker gave), checked field
+        # by field: consecutive answers through one worker mostly share one (no key hashed).
+        self._last: dict[str | None, Shape] = {}
+        self._known: dict[tuple[str, str | None, int, str | None, str | None, str | None, int], Shape] = {}
         self.dropped = 0
         self._fd = -1
         self._task: asyncio.Task[None] | None = None
@@ -94,30 +163,51 @@ class AccessLog:
 
     def record(self, route: str, status: int, duration_s: float, responder: Responder | None) -> None:
         """Buffer the line of one answer (``responder``: None for the HTTP server's own refusals)."""
-        entries = self.entries
-        if len(entries) >= self._max:
+        shapes = self.shapes
+        if len(shapes) >= self._max:
             self.dropped += 1
             return
         contracts = self._state.contracts
         revision = contracts.revision if contracts is not None else -1
         if responder is None:
-            entries.append(AccessLine(_now(), route, None, status, None, duration_s, None, None, revision))
+            method: str | None = None
+            code: str | None = None
+            client: str | None = None
+            worker: str | None = None
         else:
-            entries.append(
-                AccessLine(
-                    _now(),
-                    route,
-                    _method_name(responder.method),
-                    status,
-                    responder.error_code,
-                    duration_s,
-                    responder.client_name,
-                    responder.upstream,
-                    revision,
-                )
-            )
-        if len(entries) == FLUSH_LINES and self._wake is not None:
+            method = _method_name(responder.method)
+            code = responder.error_code
+            client = responder.client_name
+            worker = responder.upstream
+        shape = self._last.get(worker)
+        if shape is None or not shape.same(route, method, status, code, client, revision):
+            shape = self._shape(route, method, status, code, client, worker, revision)
+        numbers = self.numbers
+        numbers.append(_now())
+        numbers.append(duration_s)
+        shapes.append(shape)
+        if len(shapes) == FLUSH_LINES and self._wake is not None:
             self._wake.set()
+
+    def _shape(
+        self,
+        route: str,
+        method: str | None,
+        status: int,
+        code: str | None,
+        client: str | None,
+        worker: str | None,
+        revision: int,
+    ) -> Shape:
+        key = (route, method, status, code, client, worker, revision)
+        shape = self._known.get(key)
+        if shape is None:
+            if len(self._known) >= _MAX_SHAPES:
+                self._known.clear()
+                self._last.clear()
+            shape = self._known[key] = Shape(route, method, status, code, client, worker, revision)
+        self._last[worker] = shape
+        return shape
 
     def start(self) -> None:
         """Open the sink (``OSError`` if it cannot be) and start the flush timer."""
@@ -151,11 +241,13 @@ class AccessLog:
             self.flush()
 
     def flush(self) -> None:
-        entries = self.entries
-        if not entries or self._fd < 0:
+        shapes = self.shapes
+        if not shapes or self._fd < 0:
             return
-        self.entries = []
-        data = encode_lines(entries)
+        numbers = self.numbers
+        self.numbers = []
+        self.shapes = []
+        data = encode_lines(numbers, shapes)
         try:
             view = memoryview(data)
             while view:
@@ -163,5 +255,5 @@ class AccessLog:
                 view = view[written:]
         except OSError as exc:
             # The sink refuses (disk full, closed pipe): count the batch lost, keep serving.
-            self.dropped += len(entries)
-            log.warning("access log write failed", sink=self.sink, error=str(exc), dropped=len(entries))
+            self.dropped += len(shapes)
+            log.warning("access log write failed", sink=self.sink, error=str(exc), dropped=len(shapes))

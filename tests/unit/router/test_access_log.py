@@ -4,42 +4,49 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from dataplane.http import Responder
-from dataplane.router.access_log import AccessLine, AccessLog, encode_lines
+from dataplane.router import access_log
+from dataplane.router.access_log import AccessLog, encode_lines
 from dataplane.router.state import RouterState
+
+FIELDS = ["time", "route", "method", "status", "code", "duration_s", "client", "worker", "revision"]
+
+
+def _responder(
+    method: bytes = b"POST", code: str | None = None, client: str | None = None, worker: str | None = None
+) -> Responder:
+    responder = Responder()
+    responder.method = method
+    responder.error_code = code
+    responder.client_name = client
+    responder.upstream = worker
+    return responder
+
+
+def _lines(log: AccessLog) -> list[dict[str, object]]:
+    """What a flush of ``log`` would write, one parsed object per line."""
+    data = encode_lines(log.numbers, log.shapes)
+    assert data.endswith(b"\n")
+    return [json.loads(line) for line in data.decode().splitlines()]
 
 
 def test_lines_are_json_objects_in_field_order_one_per_line() -> None:
-    """Each entry is one newline-terminated JSON object, fields in order, None as null."""
-    data = encode_lines(
-        [
-            AccessLine(
-                1700000000.5, "/v1/chat/completions", "POST", 200, None, 0.012346, "team-a", "http://w:1", 3
-            ),
-            AccessLine(1700000001.0, "other", None, 404, "route_not_found", 0.0, None, None, -1),
-        ]
-    )
-    assert data.endswith(b"\n")
-    lines = data.decode().splitlines()
-    assert len(lines) == 2
-    first = json.loads(lines[0])
-    assert list(first) == [
-        "time",
-        "route",
-        "method",
-        "status",
-        "code",
-        "duration_s",
-        "client",
-        "worker",
-        "revision",
-    ]
-    assert first == {
-        "time": 1700000000.5,
+    """Each answer is one newline-terminated JSON object, fields in order, None as null."""
+    log = AccessLog(os.devnull, RouterState.standalone(None))
+    before = time.time()
+    log.record("/v1/chat/completions", 200, 0.012346, _responder(client="team-a", worker="http://w:1"))
+    log.record("other", 404, 1e-7, _responder(b"GET", code="route_not_found"))
+    log.record("/v1/chat/completions", 413, 0.5, None)
+    after = time.time()
+    first, second, third = _lines(log)
+    assert [list(line) for line in (first, second, third)] == [FIELDS] * 3
+    assert isinstance(first["time"], float) and before <= first["time"] <= after
+    assert {k: v for k, v in first.items() if k != "time"} == {
         "route": "/v1/chat/completions",
         "method": "POST",
         "status": 200,
@@ -47,16 +54,84 @@ def test_lines_are_json_objects_in_field_order_one_per_line() -> None:
         "duration_s": 0.012346,
         "client": "team-a",
         "worker": "http://w:1",
-        "revision": 3,
+        "revision": 0,
     }
-    assert json.loads(lines[1])["method"] is None
-    assert json.loads(lines[1])["code"] == "route_not_found"
+    assert (second["method"], second["status"], second["code"], second["duration_s"]) == (
+        "GET",
+        404,
+        "route_not_found",
+        1e-7,
+    )
+    assert (second["client"], second["worker"]) == (None, None)
+    assert (third["method"], third["status"], third["code"], third["worker"]) == (None, 413, None, None)
 
 
-def test_a_route_with_quotes_stays_valid_json() -> None:
-    """Values are escaped by the encoder, not pasted into a template."""
-    data = encode_lines([AccessLine(0.0, '/a"b\\c', "GET", 404, "route_not_found", 0.0, None, None, 0)])
-    assert json.loads(data)["route"] == '/a"b\\c'
+def test_each_line_has_its_own_fields_when_the_others_repeat() -> None:
+    """Lines through one worker that differ in any one field each carry their own value: the
+    pre-encoded parts are reused only when every field matches."""
+    log = AccessLog(os.devnull, RouterState.standalone(None))
+    w1, w2 = "http://w:1", "http://w:2"
+    answers = [
+        ("/v1/chat/completions", 200, _responder(worker=w1)),
+        ("/v1/chat/completions", 200, _responder(worker=w2)),
+        ("/v1/chat/completions", 200, _responder(worker=w1)),
+        ("/v1/completions", 200, _responder(worker=w1)),
+        ("/v1/completions", 503, _responder(worker=w1)),
+        ("/v1/completions", 502, _responder(worker=w1, code="upstream_unreachable")),
+        ("/v1/completions", 502, _responder(worker=w1, code="upstream_timeout")),
+        ("/v1/completions", 502, _responder(b"PUT", worker=w1, code="upstream_timeout")),
+        ("/v1/completions", 502, _responder(b"PUT", worker=w1, code="upstream_timeout", client="a")),
+        ("/v1/completions", 502, _responder(b"PUT", worker=w1, code="upstream_timeout", client="b")),
+        ("/v1/completions", 502, _responder(b"PUT", worker=w2, code="upstream_timeout", client="b")),
+    ]
+    for i, (route, status, responder) in enumerate(answers):
+        log.record(route, status, i / 8, responder)
+    lines = _lines(log)
+    seen = [
+        (x["route"], x["status"], x["method"], x["code"], x["client"], x["worker"], x["duration_s"])
+        for x in lines
+    ]
+    want = [
+        (route, status, r.method.decode(), r.error_code, r.client_name, r.upstream, i / 8)
+        for i, (route, status, r) in enumerate(answers)
+    ]
+    assert seen == want
+
+
+def test_a_new_contract_revision_shows_on_the_next_line() -> None:
+    """The revision is read per answer, not kept from the first line of a worker."""
+    state = RouterState.standalone(None)
+    log = AccessLog(os.devnull, state)
+    log.record("other", 404, 0.0, _responder())
+    state.apply_contracts(4, {})
+    log.record("other", 404, 0.0, _responder())
+    state.apply_contracts(5, {})
+    log.record("other", 404, 0.0, _responder())
+    assert [x["revision"] for x in _lines(log)] == [0, 4, 5]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['/a"b\\c', "/caf\u00e9/\u2603", "/tab\there", "/nul\x00/\x1f", "/line\nbreak", "/\U0001f600"],
+)
+def test_strings_are_escaped_by_the_encoder_not_pasted(text: str) -> None:
+    """Quotes, backslashes, control characters and non-ASCII in any string field stay valid JSON
+    and read back as they were."""
+    log = AccessLog(os.devnull, RouterState.standalone(None))
+    log.record(text, 404, 0.0, _responder(client=text, worker=text, code=text))
+    [line] = _lines(log)
+    assert (line["route"], line["client"], line["worker"], line["code"]) == (text, text, text, text)
+
+
+def test_many_distinct_lines_stay_exact_and_the_cache_bounded() -> None:
+    """Past the cap of kept shapes, the cache starts over and every line is still its own."""
+    log = AccessLog(os.devnull, RouterState.standalone(None))
+    count = access_log._MAX_SHAPES * 2 + 7
+    for i in range(count):
+        log.record("other", 404, 0.0, _responder(client=f"client-{i}", worker=f"http://w:{i % 3}"))
+        assert len(log._known) <= access_log._MAX_SHAPES
+    lines = [(x["client"], x["worker"]) for x in _lines(log)]
+    assert lines == [(f"client-{i}", f"http://w:{i % 3}") for i in range(count)]
 
 
 @pytest.mark.parametrize(
@@ -73,11 +148,9 @@ def test_a_route_with_quotes_stays_valid_json() -> None:
 def test_the_method_is_the_requests_and_null_before_one_was_read(method: bytes, logged: str | None) -> None:
     """A line names the request's method as sent, and null when the answer came before one was read."""
     log = AccessLog(os.devnull, RouterState.standalone(None))
-    responder = Responder()
-    responder.method = method
-    log.record("other", 404, 0.001, responder)
-    [line] = log.entries
-    assert line.method == logged
+    log.record("other", 404, 0.001, _responder(method))
+    [line] = _lines(log)
+    assert line["method"] == logged
 
 
 async def test_a_full_buffer_drops_and_counts(tmp_path: Path) -> None:
@@ -105,6 +178,6 @@ async def test_a_failing_sink_counts_the_batch_as_dropped() -> None:
         log.record("other", 404, 0.001, None)
         log.flush()
         assert log.dropped == 2
-        assert log.entries == []
+        assert log.shapes == []
     finally:
         await log.stop()
