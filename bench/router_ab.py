@@ -8,8 +8,11 @@ against another moves by ±0.3x with the other processes: every tree's router (c
 the source form) and the floor (``bench/floor_proxy.py``) serve the same HTTP/1.1 engine-sim, and
 one wrk cell of each follows the other, ``--rounds`` times. Every router has the contract of
 ``bench/router_floor.py`` (``--override-sampling-params``: judged and spliced) but no control
-plane. Printed: router CPU µs per request (``/proc`` schedstat of the process tree), the median
-over the cells and each cell, and that over the floor's.
+plane; ``--access-log`` gives each its access log (a file in the run's directory), as
+bench/router_floor.py does; ``--openai-headers`` sends the official openai client's 17 headers
+instead of 3. Runs inside a loopback-only network namespace, as bench/router_floor.py does
+(``--no-netns`` to skip). Printed: router CPU µs per request (``/proc`` schedstat of the process
+tree), the median over the cells and each cell, and that over the floor's.
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from statistics import median
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.loadgen import chat_body, cpu_seconds  # noqa: E402
-from bench.procs import PY, Proc, free_port, spawn, wait_http, wait_port  # noqa: E402
-from bench.router_floor import CONTRACT, MODEL, _engine, _wrk  # noqa: E402
+from bench.loadgen import OPENAI_CLIENT_HEADERS, chat_body, cpu_seconds  # noqa: E402
+from bench.procs import PY, Proc, free_port, in_loopback_namespace, spawn, wait_http, wait_port  # noqa: E402
+from bench.router_floor import _PLAIN_HEADERS, CONTRACT, MODEL, _engine, _wrk  # noqa: E402
 
 
 def main() -> int:
@@ -38,7 +41,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--duration-s", type=float, default=2.0)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--access-log", action="store_true", help="every router writes its access log")
+    parser.add_argument(
+        "--openai-headers", action="store_true", help="the official openai client's 17 request headers, not 3"
+    )
+    parser.add_argument("--no-netns", action="store_true", help="run in the current network namespace")
     args = parser.parse_args()
+    if not args.no_netns and (code := in_loopback_namespace()) is not None:
+        return code
     if shutil.which("wrk") is None:
         print("wrk not found: apt-get install -y wrk", file=sys.stderr)
         return 2
@@ -55,6 +65,8 @@ def main() -> int:
             port = free_port()
             argv = [PY, "-m", "dataplane", "--listen", f"127.0.0.1:{port}", "--worker", worker]
             argv += ["--max-concurrency", "1024", "--override-sampling-params", CONTRACT]
+            if args.access_log:
+                argv += ["--access-log", str(logs / f"{name}.access.jsonl")]
             procs[name] = spawn(name, argv, port, logs, env, cwd=Path(tree).resolve())
         port = free_port()
         floor = [
@@ -72,13 +84,14 @@ def main() -> int:
             else:
                 wait_http(p, "/health")
         body = chat_body(MODEL, stream=args.stream, size=1024, max_tokens=16)
+        headers = OPENAI_CLIENT_HEADERS if args.openai_headers else _PLAIN_HEADERS
         for p in procs.values():  # warm-up: connections, pools, caches
-            _wrk(p.port, body, args.connections, 1)
+            _wrk(p.port, body, args.connections, 1, headers)
         cells: dict[str, list[float]] = {name: [] for name in procs}
         for _ in range(args.rounds):
             for name, p in procs.items():
                 cpu0 = cpu_seconds(p.popen.pid)
-                ok, _rps, _errors = _wrk(p.port, body, args.connections, args.duration_s)
+                ok, _rps, _errors = _wrk(p.port, body, args.connections, args.duration_s, headers)
                 cells[name].append((cpu_seconds(p.popen.pid) - cpu0) / max(ok, 1) * 1e6)
     finally:
         for p in procs.values():
@@ -87,7 +100,8 @@ def main() -> int:
     mode = "stream" if args.stream else "plain"
     form = "plain" if args.plain else "compiled"
     print(
-        f"router A/B — {mode}, {form} form, {args.rounds} alternating {args.duration_s:g} s cells; "
+        f"router A/B — {mode}, {form} form, {'access log on, ' if args.access_log else ''}"
+        f"{len(headers) + 2} request headers, {args.rounds} alternating {args.duration_s:g} s cells; "
         f"load average {os.getloadavg()[0]:.1f}"
     )
     floor_us = median(cells["floor"])
