@@ -10,10 +10,10 @@ revision (-1: none received yet).
 Cheap by construction: the request path (``RouteStats.observe``, the place every answer is
 already counted) appends the line's time and duration and its ``Shape``: the other fields,
 pre-encoded once for each distinct set (answers repeat their route, method, status and worker),
-so a buffered line holds two floats, not an object of nine fields. A timer of the router encodes the
-batch's numbers with one msgspec call, splices them between the shapes' parts, and writes the
-batch with one ``write`` every ``FLUSH_INTERVAL_S`` (sooner past ``FLUSH_LINES``). The buffer is
-capped (``MAX_BUFFERED``): lines past the cap, and batches a failing sink refuses, are dropped
+so a buffered line holds two floats, not an object of nine fields. A timer of the router encodes
+the batch's numbers with one msgspec call, splices them between the shapes' parts, and writes
+the batch with one ``write`` every ``FLUSH_INTERVAL_S`` (sooner past ``FLUSH_LINES``). The buffer
+is capped (``MAX_BUFFERED``): lines past the cap, and batches a failing sink refuses, are dropped
 and counted (``fleetplane_access_log_dropped_total``) instead of slowing the answers down.
 """
 
