@@ -44,6 +44,8 @@ _ENCODER: Final = msgspec.json.Encoder()
 # Distinct lines' repeated parts kept (route, method, status, code, client, worker, revision):
 # past this many, the cache starts over (a client cycling methods or keys only costs encoding).
 _MAX_SHAPES: Final = 1024
+# A line's fields besides its time and duration, in the order of ``Shape``'s arguments.
+_Fields = tuple[str, str | None, int, str | None, str | None, str | None, int]
 
 
 class Shape:
@@ -155,7 +157,7 @@ class AccessLog:
         # The last shape of each worker's answers (None: answers no worker gave), checked field
         # by field: consecutive answers through one worker mostly share one (no key hashed).
         self._last: dict[str | None, Shape] = {}
-        self._known: dict[tuple[str, str | None, int, str | None, str | None, str | None, int], Shape] = {}
+        self._known: dict[_Fields, Shape] = {}
         self.dropped = 0
         self._fd = -1
         self._task: asyncio.Task[None] | None = None
@@ -181,7 +183,7 @@ class AccessLog:
             worker = responder.upstream
         shape = self._last.get(worker)
         if shape is None or not shape.same(route, method, status, code, client, revision):
-            shape = self._shape(route, method, status, code, client, worker, revision)
+            shape = self._shape((route, method, status, code, client, worker, revision))
         numbers = self.numbers
         numbers.append(_now())
         numbers.append(duration_s)
@@ -189,24 +191,16 @@ class AccessLog:
         if len(shapes) == FLUSH_LINES and self._wake is not None:
             self._wake.set()
 
-    def _shape(
-        self,
-        route: str,
-        method: str | None,
-        status: int,
-        code: str | None,
-        client: str | None,
-        worker: str | None,
-        revision: int,
-    ) -> Shape:
-        key = (route, method, status, code, client, worker, revision)
+    def _shape(self, key: _Fields) -> Shape:
+        """The shape of a line with these fields, kept (until the cache starts over) as the last
+        of its worker's."""
         shape = self._known.get(key)
         if shape is None:
             if len(self._known) >= _MAX_SHAPES:
                 self._known.clear()
                 self._last.clear()
-            shape = self._known[key] = Shape(route, method, status, code, client, worker, revision)
-        self._last[worker] = shape
+            shape = self._known[key] = Shape(*key)
+        self._last[key[5]] = shape
         return shape
 
     def start(self) -> None:
