@@ -35,15 +35,17 @@ class Deadlines:
         self._at = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def watch(self, item: Timed, loop: asyncio.AbstractEventLoop) -> None:
-        """Enforce ``item.deadline``: ``item.on_timeout()`` runs once it passes, unless unwatched."""
+    def watch(self, item: Timed, deadline: float, loop: asyncio.AbstractEventLoop) -> None:
+        """Enforce ``deadline`` (``item.deadline``, passed by the caller: compiled, reading it
+        through the ``Timed`` protocol is a lookup by name): ``item.on_timeout()`` runs once it
+        passes, unless unwatched."""
         self._timed.add(item)
         timer = self._timer
-        if timer is None or item.deadline < self._at:
+        if timer is None or deadline < self._at:
             if timer is not None:
                 timer.cancel()
             self._loop = loop
-            self._arm(item.deadline)
+            self._arm(deadline)
 
     def unwatch(self, item: Timed) -> None:
         self._timed.discard(item)

@@ -699,7 +699,7 @@ class H1Connection(asyncio.Protocol):
         first = now + self._first_byte_s
         self.deadline = first if first < deadline else deadline
         self._timed = True
-        self._pool.deadlines.watch(self, self._loop)
+        self._pool.deadlines.watch(self, self.deadline, self._loop)
         if not body:  # a head with its body already in it (``H1Pool.start``), or no body
             transport.write(head)
         elif len(body) <= _COALESCE_BODY_BYTES:
@@ -747,7 +747,7 @@ class H1Connection(asyncio.Protocol):
             if due > now + _SLACK_S:
                 self.deadline = due
                 self._timed = True
-                self._pool.deadlines.watch(self, self._loop)
+                self._pool.deadlines.watch(self, self.deadline, self._loop)
                 return
         self._fail(UpstreamTimeout())
 
@@ -759,7 +759,7 @@ class H1Connection(asyncio.Protocol):
             due = now + self._idle_s
             if due < self.deadline:
                 self.deadline = due
-                self._pool.deadlines.watch(self, self._loop)
+                self._pool.deadlines.watch(self, self.deadline, self._loop)
 
     def stalled_since(self, since: float) -> bool:
         """Nothing from the worker since ``since`` (or no answer head at all: a request written

@@ -166,7 +166,7 @@ class H2Stream(StreamedResponse):
         first = now + timeouts.first_byte_s
         self.deadline = first if first < deadline else deadline  # ``deadlines.Timed``
         self._timed = True  # watched by the connection's ``Deadlines``
-        conn.deadlines.watch(self, loop)
+        conn.deadlines.watch(self, self.deadline, loop)
 
     # -- the callback-driven exchange -------------------------------------------------------------
 
@@ -349,7 +349,7 @@ class H2Stream(StreamedResponse):
             self.deadline = due if due < self._final else self._final
             if self._timed:
                 # Still in the watched set: only an earlier deadline than the timer's re-arms it.
-                self._conn.deadlines.watch(self, self._loop)
+                self._conn.deadlines.watch(self, self.deadline, self._loop)
         self._wake()
 
     def data_received(self, data: bytes, flow_controlled: int, end_stream: bool) -> None:
@@ -403,7 +403,7 @@ class H2Stream(StreamedResponse):
             if due > now + 0.001:
                 self.deadline = due
                 self._timed = True
-                self._conn.deadlines.watch(self, self._loop)
+                self._conn.deadlines.watch(self, self.deadline, self._loop)
                 return
         self.time_out()
 

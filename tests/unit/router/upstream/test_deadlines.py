@@ -25,9 +25,9 @@ async def test_each_deadline_fires_once_on_time_and_unwatched_ones_never() -> No
     now = loop.time()
     deadlines = Deadlines()
     late, done, early = Exchange(now + 0.3), Exchange(now + 0.05), Exchange(now + 0.1)
-    deadlines.watch(late, loop)
-    deadlines.watch(done, loop)
-    deadlines.watch(early, loop)
+    deadlines.watch(late, late.deadline, loop)
+    deadlines.watch(done, done.deadline, loop)
+    deadlines.watch(early, early.deadline, loop)
     deadlines.unwatch(done)  # finished in time
     await asyncio.sleep(0.2)
     assert early.fired_at is not None and early.fired_at >= early.deadline - 0.0011
@@ -43,7 +43,7 @@ async def test_cancel_drops_the_timer_only_when_nothing_is_watched() -> None:
     loop = asyncio.get_running_loop()
     deadlines = Deadlines()
     pending = Exchange(loop.time() + 0.05)
-    deadlines.watch(pending, loop)
+    deadlines.watch(pending, pending.deadline, loop)
     deadlines.cancel()
     await asyncio.sleep(0.15)
     assert pending.fired_at is not None
