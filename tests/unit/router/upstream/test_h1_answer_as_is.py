@@ -140,6 +140,17 @@ async def test_bytes_after_the_answer_are_never_forwarded(mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
+async def test_a_head_that_ends_before_the_last_empty_line_of_the_read_is_written_anew(mode: str) -> None:
+    """A body of CRLF CRLF, then a stray CRLF CRLF (which a parser skips between messages): the
+    read ends as if the head ended after the body, so the bytes between the head's end and that
+    empty line are not header lines. Written anew, never with the extra lines after the body."""
+    body = b"\r\n\r\n"
+    response = await _receive(_answer(b"server: w\r\n", body) + b"\r\n\r\n", mode=mode)
+    assert response.as_is(EXTRA) is None
+    assert response.read_fields() == [(b"server", b"w")] and response.buffered_body() == body
+
+
+@pytest.mark.parametrize("mode", MODES)
 async def test_other_status_lines_and_closing_workers_are_written_anew(mode: str) -> None:
     """An HTTP/1.0 answer, a reason phrase other than the router's own, a worker closing the
     connection, or no Content-Length: encoded again."""
