@@ -44,7 +44,14 @@ from dataplane.http.h2_server_codec import ServerCodec, ServerListener
 from dataplane.http.http2_output import Http2Output
 from dataplane.http.http2_responder import H2Responder
 from dataplane.http.request import Request, dispatch
-from dataplane.http.wire import BUFFER_FULL, CONNECTION_BUFFER_FULL, TIMED_OUT, TOO_LARGE, Headers
+from dataplane.http.wire import (
+    BUFFER_FULL,
+    CONNECTION_BUFFER_FULL,
+    TIMED_OUT,
+    TOO_LARGE,
+    Headers,
+    fields_as_lines,
+)
 
 _log = logging.getLogger("dataplane.http")
 
@@ -192,6 +199,7 @@ class Http2Connection(Http2Output):
             self._last_checked = checked
         length = checked.length
         resp = H2Responder(self, sid, checked.method, checked.path, list(checked.headers))
+        resp._lines = checked.use()
         self._streams[sid] = resp
         if length >= 0:
             resp._length = length
@@ -257,7 +265,7 @@ class Http2Connection(Http2Output):
         self._in_transit -= resp._body_bytes  # still held (ctx.body_held) until answered
         resp._deadline = 0.0
         body = b"" if not parts else parts[0] if len(parts) == 1 else b"".join(parts)
-        request = Request(resp._method, resp._path, resp._headers, body, True)
+        request = Request(resp._method, resp._path, resp._headers, body, True, b"", resp._lines)
         resp._task = dispatch(self.loop, self._ctx.handler, request, resp)
 
     def on_trailers(self, sid: int, fields: list[tuple[bytes, bytes]]) -> None:
@@ -390,7 +398,7 @@ class Http2Connection(Http2Output):
 class _Checked:
     """A request header list that ``request_fields`` accepted, and what it gave."""
 
-    __slots__ = ("fields", "headers", "length", "method", "path")
+    __slots__ = ("fields", "headers", "length", "lines", "method", "path", "uses")
 
     def __init__(
         self, fields: list[tuple[bytes, bytes]], method: bytes, path: bytes, headers: Headers, length: int
@@ -400,6 +408,18 @@ class _Checked:
         self.path = path
         self.headers = headers  # never handed out: each request gets a copy
         self.length = length
+        # The regular fields as HTTP/1.1 field lines a proxy forwards as they are, or None
+        # (``Request.lines``): encoded once the block comes again (``use``), not per request,
+        # and never for a block that comes once (a request id in it, say).
+        self.lines: bytes | None = None
+        self.uses = 0
+
+    def use(self) -> bytes | None:
+        """Count one more request with this block; its lines from the second one on."""
+        self.uses += 1
+        if self.uses == 2:
+            self.lines = fields_as_lines(self.headers)
+        return self.lines
 
 
 class _Events(ServerListener):

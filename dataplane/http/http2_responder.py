@@ -69,6 +69,7 @@ class H2Responder(Responder):
         "_head",
         "_headers",
         "_length",
+        "_lines",
         "_method",
         "_path",
         "_pending",
@@ -92,6 +93,7 @@ class H2Responder(Responder):
         self._method = method
         self._path = path
         self._headers = headers
+        self._lines: bytes | None = None  # the request's ``Request.lines`` (set by the connection)
         self._head = method == b"HEAD"
         self._body: list[bytes] | None = []
         self._body_bytes = 0

@@ -31,7 +31,8 @@ class Request:
     ``lines``: from an HTTP/1.1 client, the head's field lines as it sent them (each led by
     CRLF) but Host, Content-Length and a keep-alive or close Connection, when no other field
     needs more than to be forwarded (``wire.plain_lines``); else None. ``headers`` is then read
-    from the head's bytes when first asked for (``wire.field_list``).
+    from the head's bytes when first asked for (``wire.field_list``). From an h2 client, the
+    regular fields in that form (``wire.fields_as_lines``), or None.
     """
 
     __slots__ = ("_block", "_headers", "body", "http2", "lines", "method", "path")

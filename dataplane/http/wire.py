@@ -264,6 +264,15 @@ def plain_lines(block: bytes) -> tuple[bytes, int, bool] | None:
     return (pieces[0] if len(pieces) == 1 else b"".join(pieces)), length, connection
 
 
+def fields_as_lines(headers: Headers) -> bytes | None:
+    """``plain_lines``' lines for a header list that came without a head of bytes (an h2
+    request's regular fields: lower-case names, no CR, LF or NUL in a name or value, RFC 9113
+    §8.2.1, or the h2 front door refused it), so that it too is forwarded as lines; None when a
+    field needs more than that. Made once per distinct header block (``http2._Checked``)."""
+    plain = plain_lines(b"".join([b"\r\n%s: %s" % (name, value) for name, value in headers]))
+    return None if plain is None else plain[0]
+
+
 def _closes_or_keeps(line: bytes) -> bool:
     """Whether the value of Connection field ``line`` is "keep-alive" or "close" alone, in any
     case, between spaces or tabs."""

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 
+import h2.config
+import h2.connection
+import h2.events
 import pytest
 
 from tests.fakes.raw_http import MODEL, CaptureWorker, kept_alive, request
@@ -144,6 +148,78 @@ def test_a_head_with_nothing_to_drop_reaches_the_worker_as_the_client_wrote_its_
         b"host": capture.url.removeprefix("http://").encode(),
         b"content-length": b"%d" % len(body),
     }
+
+
+def h2c_posts(
+    router: RouterProcess, path: str, body: bytes, fields: list[tuple[str, str]], times: int
+) -> list[int]:
+    """``times`` POSTs with the same header block, one after the other on one h2c prior-knowledge
+    connection (its HPACK encoder indexes the fields: the blocks' bytes repeat from the second
+    on); each answer's status."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    statuses: list[int] = []
+    with socket.create_connection((router.host, router.port), timeout=10) as sock:
+        sock.sendall(conn.data_to_send())
+        for _ in range(times):
+            sid = conn.get_next_available_stream_id()
+            pseudo = [(":method", "POST"), (":path", path), (":scheme", "http"), (":authority", "r")]
+            conn.send_headers(sid, pseudo + fields)
+            conn.send_data(sid, body, end_stream=True)
+            sock.sendall(conn.data_to_send())
+            ended = False
+            while not ended:
+                data = sock.recv(65536)
+                assert data, "connection closed early"
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2.events.ResponseReceived):
+                        statuses.append(int(dict(event.headers)[b":status"]))
+                    elif isinstance(event, h2.events.DataReceived):
+                        conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                    elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
+                        ended = ended or event.stream_id == sid
+                sock.sendall(conn.data_to_send())
+    return statuses
+
+
+def test_an_h2c_clients_fields_reach_the_worker_in_order_on_every_request_of_a_connection(
+    recorded: RouterProcess, capture: CaptureWorker
+) -> None:
+    """An h2c client's regular fields reach an HTTP/1.1 worker as header lines in its order, on
+    the first request and on those whose header block repeats; Host and Content-Length are the
+    router's own (:authority does not cross), the length that of the injected body."""
+    fields = [("x-trace", "a b"), ("user-agent", "t/1"), ("content-type", "application/json")]
+    before = len(capture.heads)
+    sent = b'{"model":"audit-model","prompt":"x"}'
+    assert h2c_posts(recorded, "/v1/completions", sent, fields, 3) == [200, 200, 200]
+    assert len(capture.heads) == before + 3
+    for head, (_, _, body) in zip(capture.heads[before:], capture.requests[before:], strict=True):
+        lines = head.split(b"\r\n")
+        assert lines[0] == b"POST /v1/completions HTTP/1.1"
+        assert lines[-3:] == [b"x-trace: a b", b"user-agent: t/1", b"content-type: application/json"]
+        own = {line.partition(b":")[0].lower(): line.partition(b":")[2].strip() for line in lines[1:-3]}
+        assert own == {
+            b"host": capture.url.removeprefix("http://").encode(),
+            b"content-length": b"%d" % len(body),
+        }
+        assert json.loads(body)["temperature"] == 0.5  # injected
+
+
+def test_an_h2c_clients_te_and_proxy_fields_never_reach_the_worker_and_a_coded_body_is_refused(
+    recorded: RouterProcess, capture: CaptureWorker
+) -> None:
+    """TE and Proxy-* fields from an h2c client are dropped on every request of a connection, the
+    others kept in order; a Content-Encoding on a judged route is refused before any worker."""
+    fields = [("te", "trailers"), ("x-a", "1"), ("proxy-authorization", "Basic eA=="), ("x-b", "2")]
+    before = len(capture.heads)
+    assert h2c_posts(recorded, "/v1/completions", b'{"prompt":"x"}', fields, 2) == [200, 200]
+    for head in capture.heads[before:]:
+        names = [line.partition(b":")[0] for line in head.split(b"\r\n")[1:]]
+        assert names[-2:] == [b"x-a", b"x-b"]
+        assert b"te" not in names and b"proxy-authorization" not in names
+    coded = [("content-encoding", "gzip")]
+    assert h2c_posts(recorded, "/v1/completions", b'{"prompt":"x"}', coded, 2) == [400, 400]
+    assert len(capture.heads) == before + 2
 
 
 @pytest.mark.parametrize("keep_alive", [True, False])

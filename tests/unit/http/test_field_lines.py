@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane.http.wire import field_list, plain_lines
+from dataplane.http.wire import field_list, fields_as_lines, plain_lines
 from dataplane.router.headers import CODED, DROPPED, end_to_end
 
 
@@ -109,6 +109,18 @@ def test_field_list_reads_what_on_header_hands_over(head: bytes) -> None:
 _NEVER_PLAIN = (DROPPED | CODED) - {b"host", b"content-length", b"connection"}
 
 
+def _may_need_the_list(listed: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a header list may be refused as lines: for a field the list handles, or by the
+    documented prefixes ("proxy-", "x-b", "conn" but Connection), never for another name."""
+    names = {name for name, _ in listed}
+    options = [value.strip(b" \t").lower() for name, value in listed if name == b"connection"]
+    return bool(
+        names & _NEVER_PLAIN
+        or any(o not in (b"keep-alive", b"close") for o in options)
+        or any(n.startswith((b"proxy-", b"x-b", b"conn")) and n != b"connection" for n in names)
+    )
+
+
 @settings(max_examples=400, deadline=None)
 @given(_heads())
 def test_plain_lines_forward_what_the_header_list_would(head: bytes) -> None:
@@ -120,13 +132,7 @@ def test_plain_lines_forward_what_the_header_list_would(head: bytes) -> None:
     names = {name for name, _ in listed}
     options = [value.strip(b" \t").lower() for name, value in listed if name == b"connection"]
     if plain is None:
-        # Refused for a field the list handles, or by the documented prefixes ("proxy-", "x-b",
-        # "conn" but Connection), never for another name.
-        assert (
-            names & _NEVER_PLAIN
-            or any(o not in (b"keep-alive", b"close") for o in options)
-            or any(n.startswith((b"proxy-", b"x-b", b"conn")) and n != b"connection" for n in names)
-        )
+        assert _may_need_the_list(listed)
         return
     lines, length, connection = plain
     assert field_list(lines) == end_to_end(listed)
@@ -139,6 +145,20 @@ def test_plain_lines_forward_what_the_header_list_would(head: bytes) -> None:
         assert length == -1
     # Lines the worker reads as the client sent them, each led by CRLF.
     assert all(line in block for line in lines.split(b"\r\n"))
+    assert lines == b"" or lines.startswith(b"\r\n")
+
+
+@settings(max_examples=300, deadline=None)
+@given(_heads())
+def test_a_header_list_as_lines_forwards_what_the_list_would(head: bytes) -> None:
+    """A header list without a head of bytes (an h2 request's fields) as lines: exactly the
+    headers ``end_to_end`` keeps of it, in its order; refused only as ``plain_lines`` refuses."""
+    listed = _listed(head)
+    lines = fields_as_lines(listed)
+    if lines is None:
+        assert _may_need_the_list(listed)
+        return
+    assert field_list(lines) == end_to_end(listed)
     assert lines == b"" or lines.startswith(b"\r\n")
 
 
