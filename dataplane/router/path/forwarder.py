@@ -46,7 +46,7 @@ from dataplane.router.upstream.h2c.pool import H2Pool
 
 def forwarded_headers(request: Request, judged: bool) -> Forwarded:
     """The request's headers as a worker gets them (``headers.end_to_end``; a judged body that
-    is content-coded is refused there, before admission, SPEC §5.1), or the client's own field
+    is content-coded is refused there, before admission, SPEC §5.1), or the client's fields as
     lines when the front door found nothing in them to drop or refuse (``Request.lines``). A
     request that came over h2 holds no field with CR, LF or NUL in its name or value (one that
     could smuggle a header line to an HTTP/1.1 worker): the h2 front door answers it 400 as

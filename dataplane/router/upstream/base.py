@@ -212,10 +212,11 @@ class UpstreamPool(Protocol):
         §3.3): the pool sends ``bytes(body)`` without joining the segments first.
 
         ``headers`` are end-to-end request headers (lower-case names, no Host, no framing
-        headers), or such field lines as an HTTP/1.1 client sent them (``Forwarded``); the pool
-        adds Host/``:authority`` and the body framing. ``timeout_s`` bounds the whole exchange,
-        body included. Raises ``UpstreamUnreachable`` (nothing reached the worker: safe to retry
-        elsewhere), ``UpstreamTimeout``, ``UpstreamBodyIncomplete``.
+        headers), or such field lines (``Forwarded``: as an HTTP/1.1 client sent them, or an h2
+        client's fields in that form); the pool adds Host/``:authority`` and the body framing.
+        ``timeout_s`` bounds the whole exchange, body included. Raises ``UpstreamUnreachable``
+        (nothing reached the worker: safe to retry elsewhere), ``UpstreamTimeout``,
+        ``UpstreamBodyIncomplete``.
         """
         ...
 
