@@ -81,6 +81,7 @@ from dataplane.http.h2_frames import (
     same_fields,
 )
 from dataplane.http.h2_hpack import Decoder, HpackError
+from dataplane.http.stream_table import StreamTable
 
 # One list of connection-specific fields (RFC 9113 §8.2.2) for both encoders of an h2 answer.
 from dataplane.http.wire import _H2_DROPPED, H2_STATUS, Headers
@@ -306,7 +307,7 @@ class _HeaderDecoder:
 
 
 class _Stream:
-    """One open stream's state (one dict entry per stream: one lookup, one pop)."""
+    """One open stream's state (one table entry per stream: one lookup, one pop)."""
 
     __slots__ = ("recv", "remote_open", "send", "unacked")
 
@@ -356,7 +357,7 @@ class ServerCodec:
         self.out: list[bytes] = []  # frames to send (``take_output``; the connection may read it)
         self._buf = b""
         self._preface = True  # still expecting the client preface (then its SETTINGS)
-        self._streams: dict[int, _Stream] = {}
+        self._streams: StreamTable[_Stream] = StreamTable()
         self._reset: dict[int, None] = {}  # streams we reset, oldest first
         self._continuation: tuple[int, int, bytearray] | None = None  # (stream, flags, block)
         self._decoder = _HeaderDecoder(max_header_list_size)
@@ -559,10 +560,10 @@ class ServerCodec:
         if not sid & 1:
             raise H2ProtocolError(f"client opened even stream {sid} (RFC 9113 §5.1.1)")
         self.highest_stream_id = sid
-        if len(self._streams) >= self._max_streams:
+        if self._streams.count >= self._max_streams:
             self._refuse(sid)
             return
-        self._streams[sid] = _Stream(self.peer_initial_window, self._stream_window, not end)
+        self._streams.put(sid, _Stream(self.peer_initial_window, self._stream_window, not end))
         self._listener.on_request(sid, headers, end)
 
     def _refuse(self, sid: int) -> None:
@@ -575,7 +576,7 @@ class ServerCodec:
             raise H2ProtocolError("RST_STREAM on stream 0")
         if len(payload) != 4:
             raise H2ProtocolError("RST_STREAM of other than 4 octets", FRAME_SIZE_ERROR)
-        if self._streams.pop(sid, None) is None:
+        if self._streams.pop(sid) is None:
             if sid > self.highest_stream_id:
                 raise self._idle(sid, "RST_STREAM")
             return False  # already closed: may cross our own END_STREAM or RST_STREAM
@@ -676,11 +677,11 @@ class ServerCodec:
         return send if send < conn else conn
 
     def is_open(self, sid: int) -> bool:
-        return sid in self._streams
+        return self._streams.get(sid) is not None
 
     def send_headers(self, sid: int, block: bytes, end_stream: bool) -> None:
         """HEADERS (+CONTINUATION at the client's frame size) carrying ``block``."""
-        if sid not in self._streams:
+        if self._streams.get(sid) is None:
             raise StreamClosed(sid)
         flags = END_STREAM if end_stream else 0
         limit = self.peer_max_frame
@@ -726,7 +727,7 @@ class ServerCodec:
         if stream.remote_open:
             stream.send = -(1 << 40)  # answered before the request ended (see ``_local_end``)
         else:
-            del self._streams[sid]
+            self._streams.pop(sid)
         return True
 
     def send_data(self, sid: int, data: bytes, end_stream: bool) -> None:
@@ -780,9 +781,10 @@ class ServerCodec:
         return offset
 
     def _local_end(self, sid: int) -> None:
-        stream = self._streams[sid]
+        stream = self._streams.get(sid)
+        assert stream is not None  # open: the caller looked it up
         if not stream.remote_open:
-            del self._streams[sid]
+            self._streams.pop(sid)
         else:
             # Answered before the request ended: the stream stays (half-closed, local) until
             # the client ends it or the connection resets it.
@@ -790,7 +792,7 @@ class ServerCodec:
 
     def reset_stream(self, sid: int, code: int) -> None:
         """RST_STREAM(``code``) on a stream still open (either way); nothing for a closed one."""
-        if self._streams.pop(sid, None) is None:
+        if self._streams.pop(sid) is None:
             return
         self.out.append(frame(RST_STREAM, 0, sid, code.to_bytes(4, "big")))
         self._remember_reset(sid)

@@ -44,6 +44,7 @@ from dataplane.http.h2_server_codec import ServerCodec, ServerListener
 from dataplane.http.http2_output import Http2Output
 from dataplane.http.http2_responder import H2Responder
 from dataplane.http.request import Request, dispatch
+from dataplane.http.stream_table import StreamTable
 from dataplane.http.wire import (
     BUFFER_FULL,
     CONNECTION_BUFFER_FULL,
@@ -82,7 +83,7 @@ class Http2Connection(Http2Output):
             max_header_list_size=limits.max_header_bytes,
         )
         self.transport: asyncio.Transport | None = None
-        self._streams: dict[int, H2Responder] = {}
+        self._streams: StreamTable[H2Responder] = StreamTable()
         self._blocked: dict[int, H2Responder] = {}  # answers waiting for window
         self._flush_scheduled = False
         self._feeding = False  # inside ``data_received``: it flushes at the end
@@ -151,9 +152,9 @@ class Http2Connection(Http2Output):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self._ctx.remove(self)
-        streams, self._streams = self._streams, {}
+        streams = self._streams.take_all()
         self._blocked = {}
-        for resp in streams.values():
+        for resp in streams:
             self.release_body(resp)
             resp._mark_disconnected()
         self._wake_writers()
@@ -166,7 +167,7 @@ class Http2Connection(Http2Output):
         RFC 9113 §6.8: after a graceful GOAWAY from the client its open streams still complete;
         the connection closes when the last stream ends.
         """
-        if code == NO_ERROR and self._streams:
+        if code == NO_ERROR and self._streams.count:
             self._peer_goaway = True
             return False
         self._cut = True
@@ -190,7 +191,8 @@ class Http2Connection(Http2Output):
                 try:
                     method, path, headers, length = request_fields(fields)
                 except MalformedRequest as exc:
-                    resp = self._streams[sid] = H2Responder(self, sid, b"", exc.target, [])
+                    resp = H2Responder(self, sid, b"", exc.target, [])
+                    self._streams.put(sid, resp)
                     self._malformed(resp, exc)
                     return
                 if len(self._parsed) >= 64:
@@ -200,7 +202,7 @@ class Http2Connection(Http2Output):
         length = checked.length
         resp = H2Responder(self, sid, checked.method, checked.path, list(checked.headers))
         resp._lines = checked.use()
-        self._streams[sid] = resp
+        self._streams.put(sid, resp)
         if length >= 0:
             resp._length = length
             if length > self._max_body:
@@ -293,7 +295,7 @@ class Http2Connection(Http2Output):
         resets it at once, so a connection that resets more requests than it lets finish (and
         at least ``_RESET_ALLOWANCE`` of them) gets GOAWAY(ENHANCE_YOUR_CALM).
         """
-        if sid in self._streams:
+        if self._streams.get(sid) is not None:
             self._client_resets += 1
             if self._client_resets >= _RESET_ALLOWANCE and self._client_resets > self._answered:
                 self._cut = True
@@ -360,14 +362,14 @@ class Http2Connection(Http2Output):
     def check_timeouts(self, now: float) -> None:
         if self.transport is None or self.lost:
             return
-        if self._deadline and now >= self._deadline and not self._streams:
+        if self._deadline and now >= self._deadline and not self._streams.count:
             self._stuck_size = still_draining(self.transport, self._stuck_size)
             if self._stuck_size:
                 self._deadline = now + self.limits.write_timeout_s
             else:
                 self._goaway_and_close()
             return
-        for resp in list(self._streams.values()):
+        for resp in self._streams.values():
             if resp._deadline > 0 and now >= resp._deadline and resp._body is not None:
                 self._refuse(resp, TIMED_OUT)
         self._flush()
@@ -379,7 +381,7 @@ class Http2Connection(Http2Output):
         self._goaway_sent = True
         self.codec.goaway(NO_ERROR, self._last_stream_id)
         self._flush()
-        if not self._streams:
+        if not self._streams.count:
             self._goaway_and_close()
 
     def _goaway_and_close(self) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataplane.http.context import ServerContext
 from dataplane.http.h2_server_codec import StreamClosed
 from dataplane.http.http2_responder import H2Responder, StreamHost
+from dataplane.http.stream_table import StreamTable
 
 
 class Http2Output(StreamHost):
@@ -29,7 +30,7 @@ class Http2Output(StreamHost):
     # Set by ``Http2Connection.__init__`` (as ``WriteBackpressure`` declares what it uses).
     _ctx: ServerContext
     transport: asyncio.Transport | None
-    _streams: dict[int, H2Responder]
+    _streams: StreamTable[H2Responder]
     _blocked: dict[int, H2Responder]  # answers waiting for window
     _flush_scheduled: bool
     _feeding: bool
@@ -52,7 +53,7 @@ class Http2Output(StreamHost):
 
     def on_reset(self, sid: int) -> None:
         self._blocked.pop(sid, None)
-        resp = self._streams.pop(sid, None)
+        resp = self._streams.pop(sid)
         if resp is not None:
             if resp._body_bytes:
                 self.release_body(resp)
@@ -126,18 +127,14 @@ class Http2Output(StreamHost):
     def stream_done(self, resp: H2Responder) -> None:
         if resp._rst_code is not None:
             self.codec.reset_stream(resp._sid, resp._rst_code)  # nothing if the stream is closed
-        streams = self._streams
-        sid = resp._sid
-        # ``in`` + ``del``, not ``pop(sid, None)``: compiled, dict.pop is a call by name.
-        if sid in streams:
-            del streams[sid]
+        if self._streams.pop(resp._sid) is not None:
             if resp._body_bytes:
                 self.release_body(resp)
             self._answered += 1
             self._maybe_idle()
 
     def _maybe_idle(self) -> None:
-        if self._streams:
+        if self._streams.count:
             return
         if self._goaway_sent or self._peer_goaway or self._ctx.draining:
             self.schedule_flush()
@@ -160,8 +157,8 @@ class Http2Output(StreamHost):
         if self._feeding:
             return
         streams = self._streams
-        n = len(streams)
-        if n == 0 or (n == 1 and resp._sid in streams):
+        n = streams.count
+        if n == 0 or (n == 1 and streams.get(resp._sid) is not None):
             self._flush()
         else:
             self.schedule_flush()

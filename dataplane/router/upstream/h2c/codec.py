@@ -165,7 +165,7 @@ class ClientCodec(CodecOutput):
             raise H2ProtocolError("peer overran a stream window", FLOW_CONTROL_ERROR)
         end = bool(flags & END_STREAM)
         if end:
-            del self._windows[sid]
+            self._windows.pop(sid)
         self._listener.on_data(sid, payload, length, end)
 
     def _on_headers(self, sid: int, flags: int, payload: bytes) -> None:
@@ -210,7 +210,7 @@ class ClientCodec(CodecOutput):
     def _headers_done(self, sid: int, flags: int, block: bytes) -> None:
         headers = self._decode(block)
         end = bool(flags & END_STREAM)
-        if sid not in self._windows:
+        if self._windows.get(sid) is None:
             return  # decoded anyway: the HPACK table must stay in step with the peer's
         if end:
             self.forget(sid)

@@ -28,6 +28,7 @@ from typing import cast
 
 from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamUnreachable
 from dataplane.http.h2_frames import CANCEL, NO_ERROR, REFUSED_STREAM, H2ProtocolError
+from dataplane.http.stream_table import StreamTable
 from dataplane.router.body import RequestBody
 from dataplane.router.upstream.base import UpstreamTimeouts
 from dataplane.router.upstream.deadlines import Deadlines
@@ -69,7 +70,7 @@ class H2Connection(StreamOwner):
         self._last_status = 0
         self._last_headers: list[tuple[bytes, bytes]] = []
         self._transport: asyncio.Transport | None = None
-        self._streams: dict[int, H2Stream] = {}
+        self._streams: StreamTable[H2Stream] = StreamTable()
         self._send_blocked: dict[int, H2Stream] = {}
         self._write_paused = False
         self._peer_seen = False  # any byte from the peer: before that, nothing was processed
@@ -85,11 +86,11 @@ class H2Connection(StreamOwner):
 
     @property
     def active_streams(self) -> int:
-        return len(self._streams)
+        return self._streams.count
 
     def has_capacity(self) -> bool:
         limit = min(self._max_streams, self._codec.max_concurrent_streams)
-        return not (self.closed or self.draining) and len(self._streams) < limit
+        return not (self.closed or self.draining) and self._streams.count < limit
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
@@ -164,7 +165,7 @@ class H2Connection(StreamOwner):
         stream = H2Stream(
             self, sid, body, deadline, loop.time() if now is None else now, loop, self._timeouts
         )
-        self._streams[sid] = stream
+        self._streams.put(sid, stream)
         transport = self._transport
         assert transport is not None
         if body and not self._write_paused:
@@ -223,7 +224,7 @@ class H2Connection(StreamOwner):
     def cancel(self, stream: H2Stream, code: int = CANCEL) -> None:
         """Stop a stream the router no longer wants (client gone, timeout): RST_STREAM."""
         sid = stream.stream_id
-        if self._streams.pop(sid, None) is None:
+        if self._streams.pop(sid) is None:
             return
         self._send_blocked.pop(sid, None)
         if not self.closed:
@@ -275,12 +276,12 @@ class H2Connection(StreamOwner):
         # RFC 9113 §6.8: streams above last_stream_id were not processed (retryable); those at or
         # below it may still complete, so a graceful GOAWAY keeps the connection reading.
         self.draining = True
-        for sid in [s for s in self._streams if s > last_stream_id]:
+        for sid in [sid for sid, _ in self._streams.items() if sid > last_stream_id]:
             stream = self._finished(sid)
             if stream is not None:
                 stream.refused = True
                 stream.fail(UpstreamUnreachable())
-        if code != NO_ERROR or not self._streams:
+        if code != NO_ERROR or not self._streams.count:
             self._fail(UpstreamBodyIncomplete())
         else:
             self._released()
@@ -338,7 +339,7 @@ class H2Connection(StreamOwner):
 
     def _released_or_closed(self) -> None:
         # A draining connection closes once its last stream is done (RFC 9113 §6.8).
-        if self.draining and not self._streams and not self.closed:
+        if self.draining and not self._streams.count and not self.closed:
             self._fail(UpstreamBodyIncomplete())
         else:
             self._released()
@@ -351,9 +352,9 @@ class H2Connection(StreamOwner):
         if self.closed:
             return
         self.closed = True
-        streams, self._streams = self._streams, {}
+        streams = self._streams.take_all()
         self._send_blocked.clear()
-        for stream in streams.values():
+        for stream in streams:
             stream.fail(error)
         self.deadlines.cancel()  # nothing left to watch: drop the timer now
         if self._transport is not None:
@@ -361,11 +362,7 @@ class H2Connection(StreamOwner):
         self._released()
 
     def _finished(self, sid: int) -> H2Stream | None:
-        # get + del, not pop(sid, None): compiled, pop with a default is a call by name.
-        streams = self._streams
-        stream = streams.get(sid)
-        if stream is not None:
-            del streams[sid]
+        stream = self._streams.pop(sid)
         if self._send_blocked:
             self._send_blocked.pop(sid, None)
         self._codec.forget(sid)

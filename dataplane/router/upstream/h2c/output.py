@@ -36,6 +36,7 @@ from dataplane.http.h2_frames import (
     hpack_str,
     same_fields,
 )
+from dataplane.http.stream_table import StreamTable
 from dataplane.router.body import RequestBody, body_window
 
 
@@ -52,7 +53,7 @@ def _frame_head(size: int, kind: int, flags: int, sid: bytes) -> bytes:
 
 
 class _Windows:
-    """One open stream's flow-control state (one dict entry per stream: one lookup, one pop)."""
+    """One open stream's flow-control state (one table entry per stream: one lookup, one pop)."""
 
     __slots__ = ("recv", "send", "unacked")
 
@@ -78,7 +79,7 @@ class CodecOutput:
         self.peer_initial_window = DEFAULT_WINDOW
         self.peer_max_frame = 16384
         self.conn_send_window = DEFAULT_WINDOW
-        self._windows: dict[int, _Windows] = {}
+        self._windows: StreamTable[_Windows] = StreamTable()
         self._scheme_authority: dict[bytes, bytes] = {}
         # The last request's fields and their block (content-length apart): a client sends the
         # same fields again and again, and comparing them costs a fraction of encoding them.
@@ -137,7 +138,7 @@ class CodecOutput:
             self._last_block = block
         if content_length is not None:
             block += content_length_field(content_length)
-        self._windows[sid] = _Windows(self.peer_initial_window, self.stream_window)
+        self._windows.put(sid, _Windows(self.peer_initial_window, self.stream_window))
         flags = END_STREAM if end_stream else 0
         limit = self.peer_max_frame
         if len(block) <= limit:
@@ -188,7 +189,9 @@ class CodecOutput:
         spliced body is never joined first; a frame may straddle segments): building frames and
         joining them cost 4-5x more on a 4 MiB body (allocations and page faults of the copies)."""
         n = stop - start
-        self._windows[stream_id].send -= n
+        windows = self._windows.get(stream_id)
+        assert windows is not None  # open: ``sendable`` said how much
+        windows.send -= n
         self.conn_send_window -= n
         flags = END_STREAM if end_stream else 0
         limit = self.peer_max_frame
@@ -219,10 +222,7 @@ class CodecOutput:
 
     def forget(self, stream_id: int) -> None:
         """The stream is closed: drop its windows (later frames for it are only counted)."""
-        # ``in`` + del, not pop(stream_id, None): compiled, pop with a default is a call by name.
-        windows = self._windows
-        if stream_id in windows:
-            del windows[stream_id]
+        self._windows.pop(stream_id)
 
     def consumed(self, stream_id: int, nbytes: int) -> None:
         """The reader took ``nbytes`` of this stream: return the credit in batches (§6.9)."""
