@@ -14,7 +14,7 @@ The API, for both HTTP/2 sides (the h2c upstream's codec, the h2c front door)::
 
 ``decoder.generation`` counts the changes of the dynamic table, so a caller may reuse the result
 of a block it decoded before as long as the count did not move (the same bytes against the same
-table decode to the same fields). After an ``HpackError`` the decoder's state is undefined: the
+table decode to the same fields): ``BlockDecoder`` does, for both sides. After an ``HpackError`` the decoder's state is undefined: the
 connection must be closed (RFC 9113 §4.3), never fed again.
 
 What it implements: the static table (Appendix A), the dynamic table with its size updates
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["Decoder", "HpackError"]
+__all__ = ["BlockDecoder", "Decoder", "HpackError"]
 
 
 class HpackError(Exception):
@@ -340,3 +340,49 @@ def _string(data: bytes, pos: int) -> tuple[bytes, int]:
         raise HpackError("string literal longer than the block")
     raw = data[pos:stop]
     return (huffman_decode(raw) if huffman else raw), stop
+
+
+class BlockDecoder:
+    """A ``Decoder`` that reuses what it decoded: the seam both h2 sides decode header blocks
+    through (the h2c front door's requests, the h2c upstream's answers).
+
+    A peer sends the same few header blocks over and over (fully indexed once its dynamic table
+    holds them). The same bytes decode to the same fields as long as the dynamic table did not
+    change in between (``Decoder.generation``), so a block is kept until the table changes, and a
+    block that changes it is never kept. The lists handed out are shared: callers only read them.
+    ``decode`` raises ``HpackError`` as ``Decoder.decode`` does (the connection must end).
+    """
+
+    __slots__ = ("_decoded", "_decoder", "_generation", "_last_block", "_last_fields")
+
+    def __init__(self, max_header_list_size: int = 65536) -> None:
+        self._decoder = Decoder(max_header_list_size=max_header_list_size)
+        self._decoded: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        self._generation = 0
+        # The block decoded last, when kept (the same table generation): each block arrives as a
+        # new bytes object, so the dict lookup hashes it anew; an equal compare does not.
+        self._last_block = b""
+        self._last_fields: list[tuple[bytes, bytes]] = []
+
+    def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+        decoder = self._decoder
+        generation = decoder.generation
+        if generation == self._generation:
+            if block == self._last_block:
+                return self._last_fields
+            cached = self._decoded.get(block)
+            if cached is not None:
+                self._last_block = block
+                self._last_fields = cached
+                return cached
+        else:
+            self._decoded.clear()
+            self._generation = generation
+            self._last_block = b""  # (an empty block decodes to no fields, table or not)
+            self._last_fields = []
+        headers = decoder.decode(block)
+        if decoder.generation == generation and len(self._decoded) < 256:
+            self._decoded[block] = headers
+            self._last_block = block
+            self._last_fields = headers
+        return headers

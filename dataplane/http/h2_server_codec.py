@@ -11,7 +11,7 @@ does for the client side:
 * the client preface (§3.4), which must be followed by its SETTINGS; our SETTINGS (given by the
   connection) take effect at once, the client's are applied and acknowledged (§6.5.3);
 * request header blocks (HEADERS + CONTINUATION, §6.2, §6.10) decoded by ``h2_hpack.Decoder``
-  behind one seam (``_HeaderDecoder``), bounded by SETTINGS_MAX_HEADER_LIST_SIZE; answers are
+  behind one seam (``h2_hpack.BlockDecoder``), bounded by SETTINGS_MAX_HEADER_LIST_SIZE; answers are
   encoded statelessly ("literal without indexing" / static table, RFC 7541 §6.2.2), so nothing
   has to stay in step with the client's decoder;
 * DATA under flow control both ways (§5.2, §6.9): receive credit goes back as soon as the
@@ -80,7 +80,7 @@ from dataplane.http.h2_frames import (
     hpack_str,
     same_fields,
 )
-from dataplane.http.h2_hpack import Decoder, HpackError
+from dataplane.http.h2_hpack import BlockDecoder, HpackError
 from dataplane.http.stream_table import StreamTable
 
 # One list of connection-specific fields (RFC 9113 §8.2.2) for both encoders of an h2 answer.
@@ -254,58 +254,6 @@ class ServerListener:
         raise NotImplementedError
 
 
-class _HeaderDecoder:
-    """The seam for HPACK decoding (RFC 7541): ``h2_hpack.Decoder`` (dynamic table, Huffman).
-
-    ``decode`` raises ``H2ProtocolError(COMPRESSION_ERROR)`` for a block that is not valid HPACK
-    or whose list passes ``max_header_list_size`` (RFC 9113 §4.3: the decoder's state is then
-    out of step with the client's, so the connection ends either way).
-
-    A client sends the same few header blocks over and over (fully indexed once its dynamic
-    table holds them). The same bytes decode to the same fields as long as the dynamic table
-    did not change in between (``Decoder.generation``), so a block is cached until the table
-    changes, and a block that changes it is never cached (as the client codec does). The cached
-    lists are shared: callers only read them.
-    """
-
-    __slots__ = ("_decoded", "_decoder", "_generation", "_last_block", "_last_fields")
-
-    def __init__(self, max_header_list_size: int) -> None:
-        self._decoder = Decoder(max_header_list_size=max_header_list_size)
-        self._decoded: dict[bytes, list[tuple[bytes, bytes]]] = {}
-        self._generation = 0
-        # The block decoded last, when cached (the same table generation): each block arrives
-        # as a new bytes object, so the table lookup hashes it anew; an equal compare does not.
-        self._last_block = b""
-        self._last_fields: list[tuple[bytes, bytes]] = []
-
-    def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
-        decoder = self._decoder
-        generation = decoder.generation
-        if generation == self._generation:
-            if block == self._last_block:
-                return self._last_fields
-            cached = self._decoded.get(block)
-            if cached is not None:
-                self._last_block = block
-                self._last_fields = cached
-                return cached
-        else:
-            self._decoded.clear()
-            self._generation = generation
-            self._last_block = b""  # (an empty block decodes to no fields, table or not)
-            self._last_fields = []
-        try:
-            headers = decoder.decode(block)
-        except HpackError as exc:
-            raise H2ProtocolError(f"bad header block: {exc}", COMPRESSION_ERROR) from exc
-        if decoder.generation == generation and len(self._decoded) < 256:
-            self._decoded[block] = headers
-            self._last_block = block
-            self._last_fields = headers
-        return headers
-
-
 class _Stream:
     """One open stream's state (one table entry per stream: one lookup, one pop)."""
 
@@ -360,7 +308,7 @@ class ServerCodec:
         self._streams: StreamTable[_Stream] = StreamTable()
         self._reset: dict[int, None] = {}  # streams we reset, oldest first
         self._continuation: tuple[int, int, bytearray] | None = None  # (stream, flags, block)
-        self._decoder = _HeaderDecoder(max_header_list_size)
+        self._decoder = BlockDecoder(max_header_list_size)
         # An encoded block is never longer than the list it decodes to (RFC 7541: every field
         # costs 32 octets of the list size; Huffman codes are at least 5 bits per octet).
         self._max_block = max_header_list_size
@@ -538,7 +486,10 @@ class ServerCodec:
 
     def _headers_done(self, sid: int, flags: int, block: bytes) -> None:
         # Decoded first, whatever becomes of the stream: the HPACK table must stay in step.
-        headers = self._decoder.decode(block)
+        try:
+            headers = self._decoder.decode(block)
+        except HpackError as exc:
+            raise H2ProtocolError(f"bad header block: {exc}", COMPRESSION_ERROR) from exc
         end = bool(flags & END_STREAM)
         if sid <= self.highest_stream_id:
             # A stream opened before (every open stream's id is at most highest_stream_id, so

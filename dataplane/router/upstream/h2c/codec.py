@@ -9,7 +9,8 @@ subset of HTTP/2, so this codec does only that, directly on bytes:
   fields (RFC 7541 §6.1, §6.2.2): no encoder state, so nothing to keep in sync with the peer
   (the sending half and the windows: ``h2c.output``);
 * responses are decoded with ``dataplane.http.h2_hpack`` (the peer may use its dynamic table and
-  Huffman; the ``hpack`` library's decoder is pure Python and cost ~28 µs per block);
+  Huffman; the ``hpack`` library's decoder is pure Python and cost ~28 µs per block), a block
+  repeated while the table stands decoded once (``BlockDecoder``);
 * flow control both ways (RFC 9113 §5.2, §6.9): send windows per stream and connection, receive
   credit returned per stream only as the consumer reads (``consumed``), connection credit at once;
 * SETTINGS (acknowledged), PING (answered), GOAWAY, RST_STREAM, WINDOW_UPDATE; PRIORITY and
@@ -49,7 +50,7 @@ from dataplane.http.h2_frames import (
     frame,
     header_block,
 )
-from dataplane.http.h2_hpack import Decoder, HpackError
+from dataplane.http.h2_hpack import BlockDecoder, HpackError
 from dataplane.router.upstream.h2c.output import CodecOutput
 
 
@@ -86,11 +87,10 @@ class ClientCodec(CodecOutput):
     def __init__(self, listener: CodecListener, *, stream_window: int = 4 << 20) -> None:
         super().__init__(stream_window=stream_window)
         self._listener = listener
-        self._decoder = Decoder()
+        self._decoder = BlockDecoder()
         self._buf = b""
         self._conn_recv_unacked = 0
         self._continuation: tuple[int, int, bytearray] | None = None  # (stream, flags, block)
-        self._decoded: dict[bytes, list[tuple[bytes, bytes]]] = {}
 
     def feed(self, data: bytes) -> None:
         """Decode every complete frame in ``data`` (plus what was left over), calling the listener."""
@@ -184,31 +184,11 @@ class ClientCodec(CodecOutput):
             self._continuation = None
             self._headers_done(sid, pending[1], bytes(pending[2]))
 
-    def _decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
-        """HPACK-decode a header block, reusing the result for a block seen before.
-
-        A worker answers with the same few header blocks over and over (fully indexed once its
-        dynamic table holds them). The same bytes decode to the same headers as long as the
-        dynamic table did not change in between, so the cache is dropped whenever a decode
-        changes the table, and a block that changes it is never cached.
-        """
-        cached = self._decoded.get(block)
-        if cached is not None:
-            return cached
-        decoder = self._decoder
-        generation = decoder.generation
+    def _headers_done(self, sid: int, flags: int, block: bytes) -> None:
         try:
-            headers = decoder.decode(block)
+            headers = self._decoder.decode(block)
         except HpackError as exc:
             raise H2ProtocolError(f"bad header block: {exc}", COMPRESSION_ERROR) from exc
-        if decoder.generation != generation:
-            self._decoded.clear()
-        elif len(self._decoded) < 256:
-            self._decoded[block] = headers
-        return headers
-
-    def _headers_done(self, sid: int, flags: int, block: bytes) -> None:
-        headers = self._decode(block)
         end = bool(flags & END_STREAM)
         if self._windows.get(sid) is None:
             return  # decoded anyway: the HPACK table must stay in step with the peer's
