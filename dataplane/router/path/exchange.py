@@ -67,8 +67,10 @@ class Host:
     # The HTTP/1.1 lines of the extra headers last asked for (``h1_lines``).
     _lines_of: Headers | None = None
     _lines: bytes = b""
-    # ``h1_head``'s table: id(headers) -> (headers, extra, status, head).
+    # ``h1_head``'s table: id(headers) -> (headers, extra, status, head); and the entry used
+    # last, tested first (an int key past 256 costs the lookup a new int object and a compare).
     _heads: dict[int, tuple[Headers, Headers, int, bytes]] | None = None
+    _last_head: tuple[Headers, Headers, int, bytes] | None = None
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -94,11 +96,15 @@ class Host:
         h2c worker's repeated header blocks decode to one list per connection
         (``upstream.h2c.codec``), and ``extra`` is one list per contract snapshot.
         """
+        kept = self._last_head
+        if kept is not None and kept[0] is headers and kept[1] is extra and kept[2] == status:
+            return kept[3]
         heads = self._heads
         if heads is None:
             heads = self._heads = {}
         kept = heads.get(id(headers))
         if kept is not None and kept[0] is headers and kept[1] is extra and kept[2] == status:
+            self._last_head = kept
             return kept[3]
         if not body_allowed(status):
             return None
@@ -108,7 +114,7 @@ class Host:
         head = head[:-2]  # without the blank line
         if len(heads) >= _HEADS_MAX:
             heads.clear()
-        heads[id(headers)] = (headers, extra, status, head)
+        heads[id(headers)] = self._last_head = (headers, extra, status, head)
         return head
 
     def retry_elsewhere(

@@ -177,8 +177,12 @@ def test_field_lines_are_listed_once_per_distinct_lines_within_a_bound() -> None
     assert first == field_list(lines) == [(b"accept", b"*/*"), (b"x-trace", b"a ")]
     assert forwarded_list(bytes(bytearray(lines))) is first  # an equal, new object
     assert forwarded_list(b"\r\nAccept: text/plain") == [(b"accept", b"text/plain")]
+    assert forwarded_list(lines) is first  # the lines before the last ones: their own list
     for i in range(3 * _LISTED_MAX):
         assert forwarded_list(b"\r\nx-n: %d" % i) == [(b"x-n", b"%d" % i)]
     assert len(_LISTED) <= _LISTED_MAX
+    long_lines = b"\r\nx-long: " + b"v" * 5000
+    assert forwarded_list(long_lines) == [(b"x-long", b"v" * 5000)]  # listed, never kept
+    assert long_lines not in _LISTED and forwarded_list(lines) == first
     listed = [(b"a", b"1")]
     assert forwarded_list(listed) is listed
