@@ -201,6 +201,11 @@ def _encode_fields(status: int, headers: Headers) -> bytes:
     for name, value in headers:
         if name in dropped:
             continue
+        if value and (value[-1] == 0x20 or value[-1] == 0x09):
+            # Trailing whitespace is no part of an HTTP/1.1 field's value (RFC 9110 §5.5; llhttp
+            # keeps it, a worker's answer may carry it), and makes an h2 field malformed (RFC 9113
+            # §8.2.1): a client would refuse the answer. (llhttp drops the leading whitespace.)
+            value = value.rstrip(b" \t")
         prefix = names.get(name)
         n = len(value)
         # String literals (RFC 7541 §5.2), their one-octet length inline when below 127.

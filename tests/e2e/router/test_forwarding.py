@@ -156,9 +156,16 @@ def h2c_posts(
     """``times`` POSTs with the same header block, one after the other on one h2c prior-knowledge
     connection (its HPACK encoder indexes the fields: the blocks' bytes repeat from the second
     on); each answer's status."""
+    return [int(dict(head)[b":status"]) for head in h2c_answers(router, path, body, fields, times)]
+
+
+def h2c_answers(
+    router: RouterProcess, path: str, body: bytes, fields: list[tuple[str, str]], times: int
+) -> list[list[tuple[bytes, bytes]]]:
+    """``h2c_posts``, each answer's header fields (pseudo-fields included) in order."""
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     conn.initiate_connection()
-    statuses: list[int] = []
+    heads: list[list[tuple[bytes, bytes]]] = []
     with socket.create_connection((router.host, router.port), timeout=10) as sock:
         sock.sendall(conn.data_to_send())
         for _ in range(times):
@@ -173,13 +180,13 @@ def h2c_posts(
                 assert data, "connection closed early"
                 for event in conn.receive_data(data):
                     if isinstance(event, h2.events.ResponseReceived):
-                        statuses.append(int(dict(event.headers)[b":status"]))
+                        heads.append(list(event.headers))
                     elif isinstance(event, h2.events.DataReceived):
                         conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                     elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
                         ended = ended or event.stream_id == sid
                 sock.sendall(conn.data_to_send())
-    return statuses
+    return heads
 
 
 def test_an_h2c_clients_fields_reach_the_worker_in_order_on_every_request_of_a_connection(
@@ -251,6 +258,34 @@ def test_the_workers_answer_headers_cross_but_its_hop_by_hop_ones_do_not(
                 if not keep_alive:
                     assert headers.pop("connection") == "close"
                 assert headers == expected
+    finally:
+        capture.answer_headers = b""
+
+
+def test_an_h2c_client_gets_the_workers_answer_fields_but_its_hop_by_hop_ones(
+    recorded: RouterProcess, capture: CaptureWorker
+) -> None:
+    """An HTTP/1.1 worker's answer to an h2c client: its end-to-end header lines become fields
+    in order (names lower-cased, values as llhttp reads them), its hop-by-hop ones and its
+    Content-Length framing do not cross, the router's revision header follows; on every answer
+    of one connection."""
+    cases = {
+        b"Server: capture/1\r\nX-Trace:  a  b \r\nx-empty:\r\n": [
+            (b"server", b"capture/1"),
+            (b"x-trace", b"a  b"),
+            (b"x-empty", b""),
+        ],
+        b"Server: capture/1\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\n": [
+            (b"server", b"capture/1")
+        ],
+    }
+    try:
+        for lines, expected in cases.items():
+            capture.answer_headers = lines
+            for head in h2c_answers(recorded, "/v1/completions", b'{"prompt":"x"}', [], 3):
+                fields = [(n, v) for n, v in head if n not in (b"content-type", b"content-length")]
+                assert fields == [(b":status", b"200"), *expected, (b"x-contract-revision", b"0")]
+                assert dict(head)[b"content-length"] == b"11"
     finally:
         capture.answer_headers = b""
 
