@@ -144,9 +144,17 @@ def field_list(lines: bytes) -> Headers:
     them to ``on_header``: leading spaces and tabs dropped, trailing ones kept."""
     headers: Headers = []
     for line in _split(lines, _CRLF):
-        if line:
-            name, _, value = line.partition(b":")
-            headers.append((lower_name(name), value.lstrip(b" \t")))
+        size = len(line)
+        if size:
+            # Index by index, not ``partition`` and ``lstrip``: compiled, each of those is a
+            # method call by name (~1k instructions a line), each index a native read.
+            colon = 0
+            while colon < size and line[colon] != 0x3A:
+                colon += 1
+            start = colon + 1
+            while start < size and (line[start] == 0x20 or line[start] == 0x09):
+                start += 1
+            headers.append((lower_name(line[:colon]), line[start:]))
     return headers
 
 

@@ -24,7 +24,7 @@ Forwarded = Headers | bytes
 
 
 # Field lines -> their list: a client sends the same lines with each request, and a lookup
-# (the lines hashed once) costs a fraction of reading them (``field_list``, ~300 instructions a
+# (the lines hashed once) costs a fraction of reading them (``field_list``, ~600 instructions a
 # line). Bounded: a client cycling its lines only makes it start over.
 _LISTED: Final[dict[bytes, Headers]] = {}
 _LISTED_MAX: Final = 64
