@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Callable
 from typing import cast
 
 from dataplane.errors import RouterError, UpstreamBodyIncomplete, UpstreamUnreachable
@@ -66,6 +67,8 @@ class H2Connection(StreamOwner):
         self._pool = pool
         self._codec = ClientCodec(self, stream_window=stream_window_bytes)
         self._loop = asyncio.get_running_loop()
+        # Bound once: compiled, ``self._loop.time()`` looks the method up by name at each call.
+        self._clock: Callable[[], float] = self._loop.time
         self._last_block: list[tuple[bytes, bytes]] | None = None
         self._last_status = 0
         self._last_headers: list[tuple[bytes, bytes]] = []
@@ -296,7 +299,7 @@ class H2Connection(StreamOwner):
     def clock(self) -> float:
         now = self._now
         if now < 0.0:
-            now = self._loop.time()
+            now = self._clock()
             if self._feeding:
                 self._now = now
         return now

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Callable
 
 from dataplane.errors import RouterError, UpstreamTimeout, UpstreamUnreachable
 from dataplane.router.body import RequestBody
@@ -70,6 +71,8 @@ class H2Pool(ConnectionPool):
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None  # bound on the first request
+        # Its ``time``, bound with it: compiled, ``loop.time()`` looks the method up by name.
+        self._clock: Callable[[], float] | None = None
 
     @property
     def connections(self) -> int:
@@ -126,7 +129,9 @@ class H2Pool(ConnectionPool):
         as for ``request``; on a connection still silent a loss is ``UpstreamUnreachable``,
         which the request path retries on another worker and a listener cannot.
         """
-        loop = self._loop or self._bind_loop()
+        clock = self._clock
+        if clock is None:
+            clock = self._bind_loop().time
         for conn in self._conns:
             if conn.has_capacity():
                 break
@@ -137,7 +142,7 @@ class H2Pool(ConnectionPool):
         fields = forwarded_list(headers)
         if self._auth:
             fields = fields + self._auth
-        now = loop.time()
+        now = clock()
         stream = conn.start(method, path, fields, body, now + timeout_s, now)
         stream.listen(listener, self, (method, path, fields))
         return stream
@@ -170,8 +175,9 @@ class H2Pool(ConnectionPool):
         listener.on_response(stream)
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop:
-        self._loop = asyncio.get_running_loop()
-        return self._loop
+        self._loop = loop = asyncio.get_running_loop()
+        self._clock = loop.time
+        return loop
 
     def _pick(self) -> H2Connection | None:
         for conn in self._conns:
