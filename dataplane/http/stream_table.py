@@ -87,6 +87,8 @@ class StreamTable(Generic[V]):
     def items(self) -> list[tuple[int, V]]:
         """Every stream held, oldest (lowest id) first."""
         held: list[tuple[int, V]] = []
+        if not self.count:  # (an idle connection's timeout check, every sweep)
+            return held
         for i, sid in enumerate(self._ids):
             if sid != 0:
                 value = self._values[i]
