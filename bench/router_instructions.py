@@ -139,17 +139,23 @@ class _Socket:
 
 
 class MemoryTransport:
-    """Enough of ``asyncio.Transport`` for the server and the upstream pool; writes go to ``sink``."""
+    """Enough of ``asyncio.Transport`` for the server and the upstream pool; writes go to ``sink``.
 
-    def __init__(self, sink: Callable[[bytes], object]) -> None:
+    ``writelines``: uvloop sends the pieces with one ``writev``, nothing joined in the writer's
+    process. A peer that reads the bytes gets them joined, as its one read would; for a peer that
+    does not (``peer_reads=False``: the HTTP/1.1 worker, which answers each request unread) they
+    are not joined, so the writer is not charged a copy uvloop does not make."""
+
+    def __init__(self, sink: Callable[[bytes], object], *, peer_reads: bool = True) -> None:
         self._sink = sink
+        self._peer_reads = peer_reads
         self._closing = False
 
     def write(self, data: bytes) -> None:
         self._sink(data)
 
     def writelines(self, lines: list[bytes]) -> None:
-        self._sink(b"".join(lines))
+        self._sink(b"".join(lines) if self._peer_reads else b"")
 
     def is_closing(self) -> bool:
         return self._closing
@@ -476,7 +482,7 @@ def _memory_loop(answer: list[bytes]) -> Any:
                     self.call_soon(feed, i + 1)
 
             # The worker answers in a later loop turn, as a socket read would.
-            transport = MemoryTransport(lambda _: self.call_soon(feed, 0))
+            transport = MemoryTransport(lambda _: self.call_soon(feed, 0), peer_reads=False)
             conn.connection_made(transport)
             return transport, conn
 

@@ -30,7 +30,6 @@ from dataplane.router.headers import Forwarded
 from dataplane.router.upstream.base import ResponseListener, UpstreamTimeouts, UpstreamUnreachable
 from dataplane.router.upstream.deadlines import Deadlines
 from dataplane.router.upstream.h1.connection import (
-    _COALESCE_BODY_BYTES,
     ConnectionHome,
     H1Connection,
     H1Response,
@@ -136,19 +135,12 @@ class H1Pool(ConnectionHome):
         conn = self._checkout(now)
         if conn is None:
             return None
-        if isinstance(body, bytes) and len(body) <= _COALESCE_BODY_BYTES:
-            # Head and body joined once here, written as one buffer (``_write`` of no body).
-            conn.send_to(self._head(method, path, headers, body, True), b"", now, now + timeout_s, listener)
-        else:
-            conn.send_to(self._head(method, path, headers, body), body, now, now + timeout_s, listener)
+        conn.send_to(self._head(method, path, headers, body), body, now, now + timeout_s, listener)
         return conn
 
-    def _head(
-        self, method: bytes, path: bytes, headers: Forwarded, body: RequestBody, with_body: bool = False
-    ) -> bytes:
-        """Request line and headers (RFC 9112 §3, §6.2: the body is framed by Content-Length),
-        then the body itself if ``with_body`` (a ``bytes`` body). ``headers`` as field lines
-        (``Forwarded``) go as they are."""
+    def _head(self, method: bytes, path: bytes, headers: Forwarded, body: RequestBody) -> bytes:
+        """Request line and headers (RFC 9112 §3, §6.2: the body is framed by Content-Length).
+        ``headers`` as field lines (``Forwarded``) go as they are."""
         # The pieces, then one join: compiled (scripts/build_mypyc.sh), a %-format and an
         # in-place add per header were a new bytes object each.
         if method == b"POST":
@@ -176,9 +168,6 @@ class H1Pool(ConnectionHome):
                 parts.append(start)
                 parts.append(value)
         parts.append(b"\r\n\r\n")
-        if with_body and body:
-            assert isinstance(body, bytes)
-            parts.append(body)
         return b"".join(parts)
 
     def fail_stalled(self, since: float) -> int:
