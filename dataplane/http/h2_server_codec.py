@@ -637,7 +637,8 @@ class ServerCodec:
 
     def send_headers(self, sid: int, block: bytes, end_stream: bool) -> None:
         """HEADERS (+CONTINUATION at the client's frame size) carrying ``block``."""
-        if self._streams.get(sid) is None:
+        stream = self._streams.get(sid)
+        if stream is None:
             raise StreamClosed(sid)
         flags = END_STREAM if end_stream else 0
         limit = self.peer_max_frame
@@ -651,7 +652,7 @@ class ServerCodec:
                     frame(CONTINUATION, END_HEADERS if last else 0, sid, block[off : off + limit])
                 )
         if end_stream:
-            self._local_end(sid)
+            self._local_end(sid, stream)
 
     def answer(self, sid: int, block: bytes, body: bytes) -> bool:
         """A whole answer, HEADERS + one DATA frame ending the stream, if both fit (the windows,
@@ -698,7 +699,7 @@ class ServerCodec:
         head = (n << 48) | (_DATA_END_STREAM if end_stream else 0) | sid
         self.out.append(head.to_bytes(9, "big") + data)
         if end_stream:
-            self._local_end(sid)
+            self._local_end(sid, stream)
 
     def send_fitting(self, sid: int, data: bytes, end_stream: bool) -> int:
         """DATA frames of ``data`` from its start as far as the windows and the client's frame
@@ -733,12 +734,11 @@ class ServerCodec:
             if not total:
                 self.data_frames += 1
                 self.out.append((_DATA_END_STREAM | sid).to_bytes(9, "big"))
-            self._local_end(sid)
+            self._local_end(sid, stream)
         return offset
 
-    def _local_end(self, sid: int) -> None:
-        stream = self._streams.get(sid)
-        assert stream is not None  # open: the caller looked it up
+    def _local_end(self, sid: int, stream: _Stream) -> None:
+        """We ended open stream ``sid`` (``stream``, as its caller looked it up)."""
         if not stream.remote_open:
             self._streams.pop(sid)
         else:

@@ -30,11 +30,13 @@ class StreamTable(Generic[V]):
 
     __slots__ = ("_ids", "_mask", "_spill", "_values", "count")
 
+    _ids: list[int]
+    _values: list[V | None]
+    _mask: int
+    _spill: dict[int, V]
+
     def __init__(self) -> None:
-        self._ids: list[int] = [0] * FIRST_SLOTS
-        self._values: list[V | None] = [None] * FIRST_SLOTS
-        self._mask = FIRST_SLOTS - 1
-        self._spill: dict[int, V] = {}
+        self._empty(FIRST_SLOTS)
         self.count = 0  # streams held (read-only outside; ``len()`` too, not on the hot path)
 
     def __len__(self) -> int:
@@ -51,19 +53,14 @@ class StreamTable(Generic[V]):
     def put(self, sid: int, value: V) -> None:
         """Hold ``value`` as stream ``sid``'s (not held yet, never 0)."""
         i = (sid >> 1) & self._mask
-        if self._ids[i] != 0:
-            if self.count < (self._mask + 1) >> 1 or self._mask + 1 >= MAX_SLOTS:
-                self._spill[sid] = value
-                self.count += 1
-                return
-            self._grow()
-            i = (sid >> 1) & self._mask
-            if self._ids[i] != 0:
-                self._spill[sid] = value
-                self.count += 1
-                return
-        self._ids[i] = sid
-        self._values[i] = value
+        if self._ids[i] == 0:  # (``_place``, inlined: once per stream, on the hot path)
+            self._ids[i] = sid
+            self._values[i] = value
+        else:
+            slots = self._mask + 1
+            if self.count >= slots >> 1 and slots < MAX_SLOTS:
+                self._grow(slots << 1)
+            self._place(sid, value)
         self.count += 1
 
     def pop(self, sid: int) -> V | None:
@@ -105,28 +102,30 @@ class StreamTable(Generic[V]):
     def take_all(self) -> list[V]:
         """Every stream's value, oldest first; the table is left empty."""
         values = self.values()
-        self._ids = [0] * FIRST_SLOTS
-        self._values = [None] * FIRST_SLOTS
-        self._mask = FIRST_SLOTS - 1
-        self._spill = {}
+        self._empty(FIRST_SLOTS)
         self.count = 0
         return values
 
-    def _grow(self) -> None:
+    def _empty(self, slots: int) -> None:
+        self._ids = [0] * slots
+        self._values = [None] * slots
+        self._mask = slots - 1
+        self._spill = {}
+
+    def _place(self, sid: int, value: V) -> None:
+        """Stream ``sid`` in its slot, or in the spill dict if an older stream holds that."""
+        i = (sid >> 1) & self._mask
+        if self._ids[i] == 0:
+            self._ids[i] = sid
+            self._values[i] = value
+        else:
+            self._spill[sid] = value
+
+    def _grow(self, slots: int) -> None:
         held = self.items()
-        size = (self._mask + 1) << 1
-        self._ids = [0] * size
-        self._values = [None] * size
-        self._mask = mask = size - 1
-        spill: dict[int, V] = {}
+        self._empty(slots)
         for sid, value in held:
-            i = (sid >> 1) & mask
-            if self._ids[i] == 0:
-                self._ids[i] = sid
-                self._values[i] = value
-            else:
-                spill[sid] = value
-        self._spill = spill
+            self._place(sid, value)
 
 
 def _by_id(item: tuple[int, object]) -> int:
