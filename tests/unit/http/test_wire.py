@@ -19,9 +19,11 @@ from dataplane.http.wire import (
     TOO_LARGE,
     body_allowed,
     classify_preface,
+    decimal,
     encode_chunk,
     encode_h1_head,
     h2_response_headers,
+    length_line,
     lower_name,
     status_line,
 )
@@ -75,6 +77,14 @@ def test_head_encoding_drops_handler_framing_and_honours_connection_close() -> N
         b"HTTP/1.1 404 Not Found\r\nx: 1\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
     )
     assert close is True
+
+
+@given(st.integers(min_value=0, max_value=1 << 40) | st.sampled_from([0, 8191, 8192, 8193]))
+def test_lengths_are_written_in_decimal_whatever_was_written_before(n: int) -> None:
+    # Twice: the second answer comes from the tables the first one filled.
+    for _ in range(2):
+        assert decimal(n) == str(n).encode()
+        assert length_line(n) == b"content-length: %d\r\n" % n
 
 
 def test_status_line_for_unknown_and_invalid_status() -> None:
