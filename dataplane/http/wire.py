@@ -166,6 +166,17 @@ def _is_lower(line: bytes, name: bytes) -> bool:
     return _has_prefix(line, name)
 
 
+def _is_named(line: bytes, name: bytes, title: bytes) -> bool:
+    """Whether field ``line`` is named ``name`` in any case. ``name`` in lower case and
+    ``title`` as clients mostly spell it, both with the colon: the spelling the line's first
+    letter points to is tried first (compiled, one native prefix compare, where the letter by
+    letter test costs ~20 instructions a letter), then the colon's place, then each letter."""
+    if line.startswith(name if line[0] >= 0x61 else title):
+        return True
+    colon = len(name) - 1
+    return len(line) > colon and line[colon] == 0x3A and _spells_at(line, 0, name)
+
+
 def _has_prefix(line: bytes, prefix: bytes) -> bool:
     """Whether ``line`` begins with ``prefix`` (lower-case letters, digits and "-") in any case."""
     return len(line) >= len(prefix) and _spells_at(line, 0, prefix)
@@ -226,10 +237,10 @@ def plain_lines(block: bytes) -> tuple[bytes, int, bool] | None:
         cut = False
         if first == 0x63:  # c
             if size > 3 and line[3] | 0x20 == 0x6E:  # con-n-ection
-                if not _is_lower(line, b"connection") or not _closes_or_keeps(line):
+                if not _is_named(line, b"connection:", b"Connection:") or not _closes_or_keeps(line):
                     return None
                 connection = cut = True
-            elif _is_lower(line, b"content-length"):
+            elif _is_named(line, b"content-length:", b"Content-Length:"):
                 if length >= 0:
                     return None  # llhttp refuses two; never read one of them
                 length = _length_value(line)
@@ -237,7 +248,7 @@ def plain_lines(block: bytes) -> tuple[bytes, int, bool] | None:
             elif _is_lower(line, b"content-encoding"):
                 return None
         elif first == 0x68:  # h
-            if _is_lower(line, b"host"):
+            if _is_named(line, b"host:", b"Host:"):
                 cut = True
             elif _is_lower(line, b"http2-settings"):
                 return None
