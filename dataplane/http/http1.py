@@ -42,6 +42,11 @@ from dataplane.http.wire import (
 _find: Final = bytes.find
 _partition: Final = bytes.partition
 _PARTITION_MAX_BYTES: Final = 512
+_POST: Final = b"POST"
+
+
+def _not_connected(data: bytes) -> None:
+    raise RuntimeError("the client's connection is not made yet")
 
 
 class _Stop(Exception):
@@ -79,6 +84,7 @@ class Http1Connection(AnswerQueue):
         # per-request path then pays a single comparison for it.
         self._uncounted_body = min(self._max_body, ctx.limits.max_header_bytes)
         self.transport = None
+        self._write: Callable[[bytes], object] = _not_connected  # transport.write, once made
         # Two parsers. The lean one (the connection itself is its protocol: no ``on_header``, and
         # httptools calls back only what the protocol has) reads requests as long as each one
         # begins a read and its head lies whole in it: the head is then read from those bytes
@@ -147,7 +153,9 @@ class Http1Connection(AnswerQueue):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses; they have the same API.
-        self.transport = cast(asyncio.Transport, transport)
+        self.transport = made = cast(asyncio.Transport, transport)
+        # Bound once: compiled, ``transport.write(...)`` looks the method up by name each time.
+        self._write = made.write
         set_nodelay(transport)
         self.ctx.connections.add(self)
         self._deadline = self._clock() + self.limits.idle_timeout_s
@@ -333,7 +341,10 @@ class Http1Connection(AnswerQueue):
         again (``_Replay``)."""
         start = self._msg_start
         raw = self._read
-        method = self._method()
+        # A request that begins the read with "POST " is a POST (llhttp read its method there):
+        # a native prefix test, where asking the parser makes a new bytes object (~300
+        # instructions compiled).
+        method = _POST if start == 0 and raw.startswith(b"POST ") else self._method()
         if start == 0 and method != b"CONNECT":  # (CONNECT: ``on_headers_complete``'s check)
             # The head: up to its first empty line (the request line holds no CR). ``find``
             # parses its arguments (~350 instructions compiled, 3.11); ``partition`` does not but
@@ -532,8 +543,7 @@ class Http1Connection(AnswerQueue):
 
     def emit(self, resp: H1Responder, data: bytes) -> None:
         if self._head is resp:
-            assert self.transport is not None
-            self.transport.write(data)
+            self._write(data)
         elif resp._pending is None:
             resp._pending = [data]
         else:

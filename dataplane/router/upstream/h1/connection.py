@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import SimpleNamespace
 from typing import Final, cast
 
@@ -107,6 +107,16 @@ def _plain_names(lines: bytes) -> bool:
         ):
             return False  # k t u p h e
     return True
+
+
+def _no_transport() -> bool:
+    """``H1Connection._is_closing`` before the connection is made: closed, as far as a write
+    can tell."""
+    return True
+
+
+def _no_transport_to_write(pieces: Iterable[bytes | memoryview]) -> None:
+    raise RuntimeError("the connection to the worker is not made yet")
 
 
 class UnaskedAnswer(Exception):
@@ -401,6 +411,10 @@ class H1Connection(asyncio.Protocol):
         # Bound once: compiled, ``self._loop.time()`` looks the method up by name at each call.
         self._clock: Callable[[], float] = self._loop.time
         self._transport: asyncio.Transport | None = None
+        # The transport's methods of the per-request path, bound once it is made (compiled, a
+        # call by name looks the method up each time, ~130 instructions).
+        self._is_closing: Callable[[], bool] = _no_transport
+        self._writelines: Callable[[Iterable[bytes | memoryview]], object] = _no_transport_to_write
         # Two parsers, each at the start of an answer between exchanges: one that lists the
         # headers (httptools calls ``on_header`` once per header, ~2k instructions each), and
         # a lean one, for an answer that goes to an HTTP/1.1 client as it came: its head is
@@ -451,7 +465,9 @@ class H1Connection(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
-        self._transport = cast(asyncio.Transport, transport)
+        self._transport = made = cast(asyncio.Transport, transport)
+        self._is_closing = made.is_closing
+        self._writelines = made.writelines
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -669,7 +685,7 @@ class H1Connection(asyncio.Protocol):
     ) -> None:
         """Write the request; ``listener`` is told of the head or the failure (no future, no task)."""
         transport = self._transport  # self._writable(), inlined: the per-request path
-        if self.lost or transport is None or transport.is_closing():
+        if self.lost or transport is None or self._is_closing():
             self.close()
             raise UpstreamUnreachable()
         self._listener = listener
@@ -709,9 +725,9 @@ class H1Connection(asyncio.Protocol):
             # first (a large allocation and a copy of the body per request; asyncio's own
             # transports join them, as this did).
             if isinstance(body, bytes):
-                transport.writelines((head, body))
+                self._writelines((head, body))
             else:
-                transport.writelines((head, *body.segments))
+                self._writelines((head, *body.segments))
         else:
             # A spliced body goes out segment by segment, never joined: the transport sends what
             # the socket takes at once and buffers only the rest (writelines would join them).
