@@ -55,10 +55,11 @@ from setuptools import setup
 extensions = mypycify(sys.argv[1:], target_dir="build/mypyc", group_name="dataplane.hot")
 # The shared library's functions call each other directly, not through its PLT, and the
 # compiler may inline them into each other: nothing ever interposes them (the modules reach
-# the library through a capsule). bench/README.md, session 20: -523 instructions per request
-# on the router row, I1 misses 3,194 -> 3,039.
+# the library through a capsule); its calls into libpython go through the GOT, without a PLT
+# stub. bench/README.md, session 20: -523 and -141 instructions per request on the router row,
+# simulated I1 misses 3,194 -> 3,039.
 for extension in extensions:
-    extension.extra_compile_args += ["-fno-semantic-interposition"]
+    extension.extra_compile_args += ["-fno-semantic-interposition", "-fno-plt"]
     extension.extra_link_args += ["-Wl,-Bsymbolic-functions"]
 setup(
     name="fleetplane-hot",
