@@ -7,6 +7,8 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Final, Literal
 
+from mypy_extensions import i64
+
 # The server's own error classes live with the others in dataplane.errors: compiled
 # (scripts/build_mypyc.sh), mypyc 2.4.1 drops the class-body ``status``/``default_message`` of a
 # compiled subclass of an interpreted exception class (a 431 answered 400).
@@ -195,11 +197,13 @@ def _spells_at(line: bytes, start: int, word: bytes) -> bool:
 
 def _length_value(line: bytes) -> int:
     """The value of a Content-Length field line llhttp accepted (digits between spaces or
-    tabs), or ``DIGITS_HUGE`` past 18 digits; no slice or strip made."""
-    n = 0
-    digits = 0
+    tabs), or ``DIGITS_HUGE`` past 18 digits; no slice or strip made. Native 64-bit ints
+    (``i64``: 18 digits fit): compiled, each step of a plain ``int`` checks for a boxed one."""
+    n: i64 = 0
+    digits: i64 = 0
+    i: i64
     for i in range(15, len(line)):  # after "content-length:"
-        c = line[i]
+        c: i64 = line[i]
         if 48 <= c <= 57:
             if n or c != 48:
                 digits += 1
