@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from mypy_extensions import mypyc_attr
+from mypy_extensions import i64, mypyc_attr
 
 from dataplane.http.h2_frames import (
     ACK,
@@ -348,7 +348,12 @@ class ServerCodec:
     def feed(self, data: bytes) -> None:
         """Decode every complete frame in ``data`` (plus what was left over), calling the listener."""
         buf = self._buf + data if self._buf else data
-        pos = 0
+        # Native 64-bit ints for the offsets and the header's fields: compiled, each step of a
+        # plain ``int`` checks for a boxed one.
+        pos: i64 = 0
+        length: i64
+        end: i64
+        sid: i64
         if self._preface:
             if len(buf) < 33:  # the preface and the header of the SETTINGS that must follow
                 if PREFACE[: len(buf)] != buf[:24]:
@@ -359,7 +364,7 @@ class ServerCodec:
                 raise H2ProtocolError("invalid connection preface (RFC 9113 §3.4)")
             self._preface = False
             pos = 24
-        size = len(buf)
+        size: i64 = len(buf)
         while size - pos >= 9:
             length = (buf[pos] << 16) | (buf[pos + 1] << 8) | buf[pos + 2]
             end = pos + 9 + length

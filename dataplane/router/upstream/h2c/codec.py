@@ -21,7 +21,7 @@ A violation raises ``H2ProtocolError``: the caller fails the connection, never r
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr
+from mypy_extensions import i64, mypyc_attr
 
 from dataplane.http.h2_frames import (
     ACK,
@@ -95,8 +95,13 @@ class ClientCodec(CodecOutput):
     def feed(self, data: bytes) -> None:
         """Decode every complete frame in ``data`` (plus what was left over), calling the listener."""
         buf = self._buf + data if self._buf else data
-        size = len(buf)
-        pos = 0
+        # Native 64-bit ints for the offsets and the header's fields: compiled, each step of a
+        # plain ``int`` checks for a boxed one.
+        size: i64 = len(buf)
+        pos: i64 = 0
+        length: i64
+        end: i64
+        sid: i64
         while size - pos >= 9:
             length = (buf[pos] << 16) | (buf[pos + 1] << 8) | buf[pos + 2]
             end = pos + 9 + length
