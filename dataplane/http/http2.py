@@ -41,7 +41,7 @@ from dataplane.http.h2_frames import (
 )
 from dataplane.http.h2_guard import FrameGuard
 from dataplane.http.h2_server_codec import ServerCodec, ServerListener
-from dataplane.http.http2_output import Http2Output
+from dataplane.http.http2_output import Http2Output, unconnected_closing, unconnected_write
 from dataplane.http.http2_responder import H2Responder
 from dataplane.http.request import Request, dispatch
 from dataplane.http.stream_table import StreamTable
@@ -83,6 +83,8 @@ class Http2Connection(Http2Output):
             max_header_list_size=limits.max_header_bytes,
         )
         self.transport: asyncio.Transport | None = None
+        self._write_out = unconnected_write
+        self._is_closing = unconnected_closing
         self._streams: StreamTable[H2Responder] = StreamTable()
         self._blocked: dict[int, H2Responder] = {}  # answers waiting for window
         self._flush_scheduled = False
@@ -115,7 +117,9 @@ class Http2Connection(Http2Output):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses; they have the same API.
-        self.transport = cast(asyncio.Transport, transport)
+        self.transport = made = cast(asyncio.Transport, transport)
+        self._write_out = made.write
+        self._is_closing = made.is_closing
         set_nodelay(transport)
         self._ctx.connections.add(self)
         self._flush()

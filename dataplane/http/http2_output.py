@@ -20,6 +20,14 @@ from dataplane.http.http2_responder import H2Responder, StreamHost
 from dataplane.http.stream_table import StreamTable
 
 
+def unconnected_write(data: bytes) -> None:
+    raise RuntimeError("the client's connection is not made yet")
+
+
+def unconnected_closing() -> bool:
+    return True
+
+
 class Http2Output(StreamHost):
     """Base of ``Http2Connection``: sending answers, stream completion, flushing, closing.
 
@@ -40,6 +48,10 @@ class Http2Output(StreamHost):
     _answered: int
     _in_transit: int
     _now: Callable[[], float]  # the loop's clock, bound once (compiled: no lookup by name per read)
+    # The transport's write and is_closing, bound once it is made (compiled, a call by name
+    # looks the method up each time): ``unconnected_write`` and ``unconnected_closing`` before.
+    _write_out: Callable[[bytes], object]
+    _is_closing: Callable[[], bool]
 
     def release_body(self, resp: H2Responder) -> None:
         """``resp``'s request body is no longer held: dropped, or its answer is done."""
@@ -170,10 +182,9 @@ class Http2Output(StreamHost):
             return
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
-        transport = self.transport
         # Handlers may still answer after the connection started closing: drop their bytes.
-        if data and not self.lost and transport is not None and not transport.is_closing():
-            transport.write(data)
+        if data and not self.lost and self.transport is not None and not self._is_closing():
+            self._write_out(data)
 
     def _close_transport(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
