@@ -628,6 +628,20 @@ def test_a_small_answer_leaves_whole_or_not_at_all() -> None:
     assert codec.window(3) == 65535 - 3
 
 
+def test_answers_carry_their_lengths_and_stream_ids_on_both_sides_of_the_header_table() -> None:
+    """``answer``'s frame headers are made once per length below a bound: the frames of answers
+    of lengths around it, on many streams, each read back as sent."""
+    codec, _ = _started()
+    block = encode_response(200, [], 0)
+    sid = 1
+    for n in (0, 1, 4095, 4096, 4097, 4095, 4096, 0, 16384):
+        codec.feed(_frame(1, 5, sid, _block(REQUEST)))
+        body = bytes([sid % 251]) * n
+        assert codec.answer(sid, block, body)
+        assert _frames(codec.take_output()) == [(1, 4, sid, block), (0, 1, sid, body)]
+        sid += 2 * 40_000 + 2  # ids past 2^16 too
+
+
 _request_lists = st.lists(
     st.sampled_from(
         [
