@@ -72,6 +72,7 @@ from dataplane.http.h2_frames import (
     SETTINGS,
     STREAM_CLOSED,
     WINDOW_UPDATE,
+    FramePrefixes,
     H2ProtocolError,
     content_length_field,
     frame,
@@ -90,23 +91,9 @@ from dataplane.http.wire import _H2_DROPPED, H2_STATUS, Headers
 # stream id; here the type and flags of a DATA frame that ends its stream.
 _DATA_END_STREAM: Final = (DATA << 40) | (END_STREAM << 32)
 
-# The first five bytes of a frame header (length, type, flags) of the two frames of
-# ``ServerCodec.answer``, made once per length below ``_PREFIXES`` (compiled, ``int.to_bytes`` of
-# the header as one 72-bit integer cost ~500 instructions a frame: the integer is a boxed one).
-_PREFIXES: Final = 4096
-_HEADERS_PREFIXES: Final[list[bytes | None]] = [None] * _PREFIXES
-_DATA_END_PREFIXES: Final[list[bytes | None]] = [None] * _PREFIXES
-
-
-def _prefix(table: list[bytes | None], length: int, kind_flags: int) -> bytes:
-    """A frame header's length, type and flags (``kind_flags``: type << 8 | flags)."""
-    if length < _PREFIXES:
-        made = table[length]
-        if made is None:
-            made = table[length] = ((length << 16) | kind_flags).to_bytes(5, "big")
-        return made
-    return ((length << 16) | kind_flags).to_bytes(5, "big")
-
+# The two frame headers of ``ServerCodec.answer`` but their stream id.
+_HEADERS_PREFIXES: Final = FramePrefixes(HEADERS, END_HEADERS)
+_DATA_END_PREFIXES: Final = FramePrefixes(DATA, END_STREAM)
 
 # Streams we reset whose late frames are still ignored (§5.4.2); the oldest are forgotten first.
 _RESET_MEMORY: Final = 1024
@@ -694,10 +681,10 @@ class ServerCodec:
         self.out.append(
             b"".join(
                 (
-                    _prefix(_HEADERS_PREFIXES, len(block), HEADERS << 8 | END_HEADERS),
+                    _HEADERS_PREFIXES.of(len(block)),
                     sid_bytes,
                     block,
-                    _prefix(_DATA_END_PREFIXES, n, DATA << 8 | END_STREAM),
+                    _DATA_END_PREFIXES.of(n),
                     sid_bytes,
                     body,
                 )

@@ -8,6 +8,8 @@ returned per stream only as the consumer reads (``consumed``). Bytes in, bytes o
 
 from __future__ import annotations
 
+from typing import Final
+
 from dataplane.http.h2_frames import (
     CONTINUATION,
     DATA,
@@ -30,6 +32,7 @@ from dataplane.http.h2_frames import (
     SETTINGS,
     STATIC_NAMES,
     WINDOW_UPDATE,
+    FramePrefixes,
     H2ProtocolError,
     content_length_field,
     frame,
@@ -45,22 +48,24 @@ def _data_header(size: int, flags: int) -> bytes:
     return ((size << 16) | (DATA << 8) | flags).to_bytes(5, "big")
 
 
-# Two integers below 2**40 rather than one 72-bit one per frame header: compiled, a short int
-# stays unboxed, where each shift or or of a longer one allocates an int object.
-def _frame_head(size: int, kind: int, flags: int, sid: bytes) -> bytes:
-    """A frame header (RFC 9113 §4.1): length, type, flags, then ``sid`` (4 octets)."""
-    return ((size << 16) | (kind << 8) | flags).to_bytes(5, "big") + sid
+# The frame headers of a request but their stream id, by flags (END_STREAM set or not).
+_HEADERS_PREFIXES: Final = FramePrefixes(HEADERS, END_HEADERS)
+_HEADERS_END_PREFIXES: Final = FramePrefixes(HEADERS, END_HEADERS | END_STREAM)
+_DATA_PREFIXES: Final = FramePrefixes(DATA, 0)
+_DATA_END_PREFIXES: Final = FramePrefixes(DATA, END_STREAM)
 
 
 class _Windows:
-    """One open stream's flow-control state (one table entry per stream: one lookup, one pop)."""
+    """One open stream's flow-control state (one table entry per stream: one lookup, one pop),
+    and its id as the last four octets of its frames' headers."""
 
-    __slots__ = ("recv", "send", "unacked")
+    __slots__ = ("recv", "send", "sid", "unacked")
 
-    def __init__(self, send: int, recv: int) -> None:
+    def __init__(self, send: int, recv: int, sid: bytes) -> None:
         self.send = send  # what we may still send
         self.recv = recv  # what the peer may still send us
         self.unacked = 0  # consumed by the reader, credit not yet returned
+        self.sid = sid
 
 
 class CodecOutput:
@@ -138,11 +143,13 @@ class CodecOutput:
             self._last_block = block
         if content_length is not None:
             block += content_length_field(content_length)
-        self._windows.put(sid, _Windows(self.peer_initial_window, self.stream_window))
+        sid_bytes = sid.to_bytes(4, "big")
+        self._windows.put(sid, _Windows(self.peer_initial_window, self.stream_window, sid_bytes))
         flags = END_STREAM if end_stream else 0
         limit = self.peer_max_frame
         if len(block) <= limit:
-            return sid, _frame_head(len(block), HEADERS, flags | END_HEADERS, sid.to_bytes(4, "big")) + block
+            prefixes = _HEADERS_END_PREFIXES if end_stream else _HEADERS_PREFIXES
+            return sid, b"".join((prefixes.of(len(block)), sid_bytes, block))
         frames = [frame(HEADERS, flags, sid, block[:limit])]
         for off in range(limit, len(block), limit):
             last = off + limit >= len(block)
@@ -196,9 +203,9 @@ class CodecOutput:
         flags = END_STREAM if end_stream else 0
         limit = self.peer_max_frame
         if n <= limit:
-            head = _frame_head(n, DATA, flags, stream_id.to_bytes(4, "big"))
-            return b"".join((prefix, head, body_window(body, start, stop)))
-        sid = stream_id.to_bytes(4, "big")
+            prefixes = _DATA_END_PREFIXES if end_stream else _DATA_PREFIXES
+            return b"".join((prefix, prefixes.of(n), windows.sid, body_window(body, start, stop)))
+        sid = windows.sid
         out = bytearray(len(prefix) + n + 9 * -(-n // limit))
         out[: len(prefix)] = prefix
         pos = len(prefix)
