@@ -20,6 +20,7 @@ from dataplane.http.h2_frames import (
     PROTOCOL_ERROR,
     REFUSED_STREAM,
     STREAM_CLOSED,
+    FramePrefixes,
     H2ProtocolError,
     frame,
 )
@@ -534,6 +535,16 @@ def test_frame_headers_carry_any_length_and_stream_id() -> None:
         data = frame(0, 1, sid, b"x" * n)
         assert data[:9] == n.to_bytes(3, "big") + bytes((0, 1)) + sid.to_bytes(4, "big")
         assert len(data) == 9 + n
+
+
+@given(st.integers(0, 9), st.integers(0, 255), st.lists(st.integers(0, 2**24 - 1) | st.integers(0, 12)))
+def test_frame_prefixes_are_a_headers_length_type_and_flags(
+    kind: int, flags: int, lengths: list[int]
+) -> None:
+    """Made or taken from the table (below 8 here), the first five octets of a frame header."""
+    prefixes = FramePrefixes(kind, flags, lengths=8)
+    for n in lengths + lengths:
+        assert prefixes.of(n) == n.to_bytes(3, "big") + bytes((kind, flags))
 
 
 @settings(max_examples=200, deadline=None)
