@@ -87,12 +87,9 @@ from dataplane.http.stream_table import StreamTable
 # One list of connection-specific fields (RFC 9113 §8.2.2) for both encoders of an h2 answer.
 from dataplane.http.wire import _H2_DROPPED, H2_STATUS, Headers
 
-# A frame header (RFC 9113 §4.1) as one 72-bit integer: length << 48 | type << 40 | flags << 32 |
-# stream id; here the type and flags of a DATA frame that ends its stream.
-_DATA_END_STREAM: Final = (DATA << 40) | (END_STREAM << 32)
-
-# The two frame headers of ``ServerCodec.answer`` but their stream id.
+# The frame headers of answers but their stream id (``_sid_octets``).
 _HEADERS_PREFIXES: Final = FramePrefixes(HEADERS, END_HEADERS)
+_DATA_PREFIXES: Final = FramePrefixes(DATA, 0)
 _DATA_END_PREFIXES: Final = FramePrefixes(DATA, END_STREAM)
 
 # Streams we reset whose late frames are still ignored (§5.4.2); the oldest are forgotten first.
@@ -266,13 +263,22 @@ class ServerListener:
 class _Stream:
     """One open stream's state (one table entry per stream: one lookup, one pop)."""
 
-    __slots__ = ("recv", "remote_open", "send", "unacked")
+    __slots__ = ("recv", "remote_open", "send", "sid", "unacked")
 
     def __init__(self, send: int, recv: int, remote_open: bool) -> None:
         self.send = send  # what we may still send on it
         self.recv = recv  # what the client may still send us
         self.unacked = 0  # received, credit not yet returned
         self.remote_open = remote_open  # the client has not ended it (no END_STREAM yet)
+        self.sid = b""  # its id as its frame headers end, once one is sent (``_sid_octets``)
+
+
+def _sid_octets(stream: _Stream, sid: int) -> bytes:
+    """The last four octets of ``stream``'s frame headers (``sid``), made once."""
+    made = stream.sid
+    if not made:
+        made = stream.sid = sid.to_bytes(4, "big")
+    return made
 
 
 class ServerCodec:
@@ -677,18 +683,12 @@ class ServerCodec:
         stream.send -= n
         self.conn_send_window -= n
         self.data_frames += 1
-        sid_bytes = sid.to_bytes(4, "big")
+        sid_bytes = _sid_octets(stream, sid)
+        # %-formatted bytes: compiled, one allocation (``CPyBytes_Build``), where a join makes a
+        # tuple and takes a buffer of each part.
         self.out.append(
-            b"".join(
-                (
-                    _HEADERS_PREFIXES.of(len(block)),
-                    sid_bytes,
-                    block,
-                    _DATA_END_PREFIXES.of(n),
-                    sid_bytes,
-                    body,
-                )
-            )
+            b"%s%s%s%s%s%s"
+            % (_HEADERS_PREFIXES.of(len(block)), sid_bytes, block, _DATA_END_PREFIXES.of(n), sid_bytes, body)
         )
         if stream.remote_open:
             stream.send = -(1 << 40)  # answered before the request ended (see ``_local_end``)
@@ -705,8 +705,8 @@ class ServerCodec:
         stream.send -= n
         self.conn_send_window -= n
         self.data_frames += 1
-        head = (n << 48) | (_DATA_END_STREAM if end_stream else 0) | sid
-        self.out.append(head.to_bytes(9, "big") + data)
+        prefixes = _DATA_END_PREFIXES if end_stream else _DATA_PREFIXES
+        self.out.append(b"%s%s%s" % (prefixes.of(n), _sid_octets(stream, sid), data))
         if end_stream:
             self._local_end(sid, stream)
 
@@ -735,14 +735,14 @@ class ServerCodec:
             stream.send -= n
             self.conn_send_window -= n
             self.data_frames += 1
-            end = end_stream and offset + n == total
-            head = (n << 48) | (_DATA_END_STREAM if end else 0) | sid
-            self.out.append(head.to_bytes(9, "big") + (data if n == total else data[offset : offset + n]))
+            prefixes = _DATA_END_PREFIXES if end_stream and offset + n == total else _DATA_PREFIXES
+            chunk = data if n == total else data[offset : offset + n]
+            self.out.append(b"%s%s%s" % (prefixes.of(n), _sid_octets(stream, sid), chunk))
             offset += n
         if offset == total and end_stream:
             if not total:
                 self.data_frames += 1
-                self.out.append((_DATA_END_STREAM | sid).to_bytes(9, "big"))
+                self.out.append(_DATA_END_PREFIXES.of(0) + _sid_octets(stream, sid))
             self._local_end(sid, stream)
         return offset
 

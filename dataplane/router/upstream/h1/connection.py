@@ -321,7 +321,8 @@ class H1Response(StreamedResponse):
         if not extra:
             return raw
         cut = end + 2  # after the last header line's CRLF
-        return b"".join((raw[:cut], extra, raw[cut:]))
+        # %-formatted bytes: compiled, one allocation (``CPyBytes_Build``), no tuple, no buffers.
+        return b"%s%s%s" % (raw[:cut], extra, raw[cut:])
 
     def chunks(self) -> H1Response:
         # The answer is its own async iterator (as h2c's H2Stream), not an async generator:

@@ -149,7 +149,8 @@ class CodecOutput:
         limit = self.peer_max_frame
         if len(block) <= limit:
             prefixes = _HEADERS_END_PREFIXES if end_stream else _HEADERS_PREFIXES
-            return sid, b"".join((prefixes.of(len(block)), sid_bytes, block))
+            # %-formatted bytes: compiled, one allocation (``CPyBytes_Build``), no tuple.
+            return sid, b"%s%s%s" % (prefixes.of(len(block)), sid_bytes, block)
         frames = [frame(HEADERS, flags, sid, block[:limit])]
         for off in range(limit, len(block), limit):
             last = off + limit >= len(block)
