@@ -150,6 +150,10 @@ class H1Pool(ConnectionHome):
                 if len(self._post_lines) >= _MAX_POST_LINES:
                     self._post_lines.clear()  # a client cycling targets only makes it start over
                 self._post_lines[path] = line
+            if isinstance(headers, bytes):
+                # The common head (a client's lines forwarded as they came): %-formatted bytes,
+                # compiled one allocation (``CPyBytes_Build``), no list and no join.
+                return b"%s%s%s\r\n\r\n" % (line, decimal(len(body)), headers)
             parts = [line, decimal(len(body))]
         elif body or method != b"GET":
             parts = [b"%s %s HTTP/1.1%s\r\ncontent-length: %d" % (method, path, self._host_line, len(body))]
