@@ -189,7 +189,7 @@ class H1Responder(Responder):
         if head is None:
             return True
         if first and not self._nobody:  # head and first chunk in one write
-            head = b"".join((head, encode_chunk(first))) if self._chunked else head + first
+            head = head + encode_chunk(first) if self._chunked else head + first
         conn = self._conn
         if conn.is_head(self):
             transport = conn.transport
@@ -209,7 +209,7 @@ class H1Responder(Responder):
         if self._nobody:
             last = b""
         if self._chunked:  # the last data and the last chunk in one write
-            conn.emit(self, b"".join((encode_chunk(last), LAST_CHUNK)) if last else LAST_CHUNK)
+            conn.emit(self, encode_chunk(last) + LAST_CHUNK if last else LAST_CHUNK)
         elif last:
             conn.emit(self, last)
         conn.answer_done(self)

@@ -205,7 +205,10 @@ class CodecOutput:
         limit = self.peer_max_frame
         if n <= limit:
             prefixes = _DATA_END_PREFIXES if end_stream else _DATA_PREFIXES
-            return b"".join((prefix, prefixes.of(n), windows.sid, body_window(body, start, stop)))
+            window = body_window(body, start, stop)
+            if isinstance(window, bytes):  # %-formatted: compiled, one allocation, no tuple
+                return b"%s%s%s%s" % (prefix, prefixes.of(n), windows.sid, window)
+            return b"".join((prefix, prefixes.of(n), windows.sid, window))
         sid = windows.sid
         out = bytearray(len(prefix) + n + 9 * -(-n // limit))
         out[: len(prefix)] = prefix
