@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -105,3 +105,18 @@ def set_nodelay(transport: asyncio.BaseTransport) -> None:
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+# A connection's transport methods are bound once the transport is made (compiled, a call by
+# name looks the method up each time); these stand in for them until then.
+def unmade_write(data: bytes) -> None:
+    raise RuntimeError("the connection is not made yet")
+
+
+def unmade_writelines(pieces: Iterable[bytes | memoryview]) -> None:
+    raise RuntimeError("the connection is not made yet")
+
+
+def unmade_closing() -> bool:
+    """Closed, as far as a write can tell."""
+    return True

@@ -17,7 +17,7 @@ from typing import Final, cast
 import httptools
 
 from dataplane.errors import ErrorAnswer
-from dataplane.http.context import ServerContext, close_idle, set_nodelay, still_draining
+from dataplane.http.context import ServerContext, close_idle, set_nodelay, still_draining, unmade_write
 from dataplane.http.http1_responder import DONE, AnswerQueue, H1Responder
 from dataplane.http.http2 import Http2Connection
 from dataplane.http.request import Request, dispatch
@@ -43,10 +43,6 @@ _find: Final = bytes.find
 _partition: Final = bytes.partition
 _PARTITION_MAX_BYTES: Final = 512
 _POST: Final = b"POST"
-
-
-def _not_connected(data: bytes) -> None:
-    raise RuntimeError("the client's connection is not made yet")
 
 
 class _Stop(Exception):
@@ -84,7 +80,7 @@ class Http1Connection(AnswerQueue):
         # per-request path then pays a single comparison for it.
         self._uncounted_body = min(self._max_body, ctx.limits.max_header_bytes)
         self.transport = None
-        self._write: Callable[[bytes], object] = _not_connected  # transport.write, once made
+        self._write: Callable[[bytes], object] = unmade_write  # transport.write, once made
         # Two parsers. The lean one (the connection itself is its protocol: no ``on_header``, and
         # httptools calls back only what the protocol has) reads requests as long as each one
         # begins a read and its head lies whole in it: the head is then read from those bytes

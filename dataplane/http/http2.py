@@ -30,7 +30,14 @@ import logging
 from typing import cast
 
 from dataplane.errors import BadRequest, ErrorAnswer, error_answer
-from dataplane.http.context import ServerContext, close_idle, set_nodelay, still_draining
+from dataplane.http.context import (
+    ServerContext,
+    close_idle,
+    set_nodelay,
+    still_draining,
+    unmade_closing,
+    unmade_write,
+)
 from dataplane.http.h2_fields import MalformedRequest, check_trailer_fields, request_fields
 from dataplane.http.h2_frames import (
     ENHANCE_YOUR_CALM,
@@ -41,7 +48,7 @@ from dataplane.http.h2_frames import (
 )
 from dataplane.http.h2_guard import FrameGuard
 from dataplane.http.h2_server_codec import ServerCodec, ServerListener
-from dataplane.http.http2_output import Http2Output, unconnected_closing, unconnected_write
+from dataplane.http.http2_output import Http2Output
 from dataplane.http.http2_responder import H2Responder
 from dataplane.http.request import Request, dispatch
 from dataplane.http.stream_table import StreamTable
@@ -83,8 +90,8 @@ class Http2Connection(Http2Output):
             max_header_list_size=limits.max_header_bytes,
         )
         self.transport: asyncio.Transport | None = None
-        self._write_out = unconnected_write
-        self._is_closing = unconnected_closing
+        self._write_out = unmade_write
+        self._is_closing = unmade_closing
         self._streams: StreamTable[H2Responder] = StreamTable()
         self._blocked: dict[int, H2Responder] = {}  # answers waiting for window
         self._flush_scheduled = False

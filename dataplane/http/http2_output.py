@@ -20,14 +20,6 @@ from dataplane.http.http2_responder import H2Responder, StreamHost
 from dataplane.http.stream_table import StreamTable
 
 
-def unconnected_write(data: bytes) -> None:
-    raise RuntimeError("the client's connection is not made yet")
-
-
-def unconnected_closing() -> bool:
-    return True
-
-
 class Http2Output(StreamHost):
     """Base of ``Http2Connection``: sending answers, stream completion, flushing, closing.
 
@@ -49,7 +41,7 @@ class Http2Output(StreamHost):
     _in_transit: int
     _now: Callable[[], float]  # the loop's clock, bound once (compiled: no lookup by name per read)
     # The transport's write and is_closing, bound once it is made (compiled, a call by name
-    # looks the method up each time): ``unconnected_write`` and ``unconnected_closing`` before.
+    # looks the method up each time); ``context.unmade_write`` and ``unmade_closing`` before.
     _write_out: Callable[[bytes], object]
     _is_closing: Callable[[], bool]
 

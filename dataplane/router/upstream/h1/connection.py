@@ -39,6 +39,7 @@ from typing import Final, cast
 import httptools
 
 from dataplane.errors import RouterError
+from dataplane.http.context import unmade_closing, unmade_writelines
 from dataplane.http.wire import STATUS_LINES, lower_name
 from dataplane.router.body import RequestBody, body_segments
 from dataplane.router.headers import DROPPED, Headers
@@ -107,16 +108,6 @@ def _plain_names(lines: bytes) -> bool:
         ):
             return False  # k t u p h e
     return True
-
-
-def _no_transport() -> bool:
-    """``H1Connection._is_closing`` before the connection is made: closed, as far as a write
-    can tell."""
-    return True
-
-
-def _no_transport_to_write(pieces: Iterable[bytes | memoryview]) -> None:
-    raise RuntimeError("the connection to the worker is not made yet")
 
 
 class UnaskedAnswer(Exception):
@@ -414,8 +405,8 @@ class H1Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         # The transport's methods of the per-request path, bound once it is made (compiled, a
         # call by name looks the method up each time, ~130 instructions).
-        self._is_closing: Callable[[], bool] = _no_transport
-        self._writelines: Callable[[Iterable[bytes | memoryview]], object] = _no_transport_to_write
+        self._is_closing: Callable[[], bool] = unmade_closing
+        self._writelines: Callable[[Iterable[bytes | memoryview]], object] = unmade_writelines
         # Two parsers, each at the start of an answer between exchanges: one that lists the
         # headers (httptools calls ``on_header`` once per header, ~2k instructions each), and
         # a lean one, for an answer that goes to an HTTP/1.1 client as it came: its head is

@@ -141,8 +141,9 @@ class H1Pool(ConnectionHome):
     def _head(self, method: bytes, path: bytes, headers: Forwarded, body: RequestBody) -> bytes:
         """Request line and headers (RFC 9112 §3, §6.2: the body is framed by Content-Length).
         ``headers`` as field lines (``Forwarded``) go as they are."""
-        # The pieces, then one join: compiled (scripts/build_mypyc.sh), a %-format and an
-        # in-place add per header were a new bytes object each.
+        # One %-format for a POST with its client's lines, else the pieces then one join:
+        # compiled (scripts/build_mypyc.sh), an in-place add per header was a new bytes object
+        # each.
         if method == b"POST":
             line = self._post_lines.get(path)
             if line is None:

@@ -42,12 +42,6 @@ from dataplane.http.h2_frames import (
 from dataplane.http.stream_table import StreamTable
 from dataplane.router.body import RequestBody, body_window
 
-
-def _data_header(size: int, flags: int) -> bytes:
-    """Length, type and flags of a DATA frame header (RFC 9113 §4.1); the stream id follows."""
-    return ((size << 16) | (DATA << 8) | flags).to_bytes(5, "big")
-
-
 # The frame headers of a request but their stream id, by flags (END_STREAM set or not).
 _HEADERS_PREFIXES: Final = FramePrefixes(HEADERS, END_HEADERS)
 _HEADERS_END_PREFIXES: Final = FramePrefixes(HEADERS, END_HEADERS | END_STREAM)
@@ -201,10 +195,9 @@ class CodecOutput:
         assert windows is not None  # open: ``sendable`` said how much
         windows.send -= n
         self.conn_send_window -= n
-        flags = END_STREAM if end_stream else 0
         limit = self.peer_max_frame
+        prefixes = _DATA_END_PREFIXES if end_stream else _DATA_PREFIXES
         if n <= limit:
-            prefixes = _DATA_END_PREFIXES if end_stream else _DATA_PREFIXES
             window = body_window(body, start, stop)
             if isinstance(window, bytes):  # %-formatted: compiled, one allocation, no tuple
                 return b"%s%s%s%s" % (prefix, prefixes.of(n), windows.sid, window)
@@ -216,7 +209,7 @@ class CodecOutput:
         for off in range(start, stop, limit):
             end = min(off + limit, stop)
             size = end - off
-            out[pos : pos + 5] = _data_header(size, flags if end == stop else 0)
+            out[pos : pos + 5] = (prefixes if end == stop else _DATA_PREFIXES).of(size)
             out[pos + 5 : pos + 9] = sid
             pos += 9
             out[pos : pos + size] = body_window(body, off, end)
