@@ -29,7 +29,7 @@ quietly .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '
 if [ "${FLEETPLANE_FORM:-auto}" = "plain" ]; then
   step "not compiling the hot path (FLEETPLANE_FORM=plain)"
 else
-  step "compiling the hot path with mypyc (≈ 1-2.5 min, skipped while current)"
+  step "compiling the hot path with mypyc, profile-guided (≈ 4-5 min, skipped while current)"
   if ./scripts/build_mypyc.sh >"$log" 2>&1; then
     step "$(tail -n 1 "$log")"
   else
