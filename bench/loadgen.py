@@ -180,6 +180,19 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
+def kernel_seconds(pid: int) -> float:
+    """System (kernel) CPU time of ``pid`` and every live descendant, all threads, in seconds:
+    ``/proc/PID/stat``'s stime, in 10 ms ticks (a few thousand requests read it to ±0.5 µs)."""
+    ticks = 0
+    for p in _descendants(pid):
+        try:
+            with open(f"/proc/{p}/stat", "rb") as f:
+                ticks += int(f.read().rsplit(b")", 1)[1].split()[12])
+        except (OSError, ValueError, IndexError):
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU time of ``pid`` and every live descendant, all threads, in seconds.
 

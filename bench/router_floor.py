@@ -31,7 +31,8 @@ Load: 1 KiB chat body, ``max_tokens`` 16 (streaming: 16 SSE events + ``[DONE]``)
 decode, ``--connections`` keep-alive connections for ``--duration-s`` per cell (wrk ``-d``;
 h2load ``-D``); each request carries Host, Content-Type and Content-Length, or with
 ``--openai-headers`` the 17 headers the official openai Python client sends. Printed: req/s, router CPU µs per request (``/proc`` schedstat of the router's
-process tree, all threads, over the cell / answers), and that over the floor's.
+process tree, all threads, over the cell / answers), the kernel's part of it (``/proc`` stat's
+stime), and the CPU over the floor's.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from statistics import median
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.loadgen import OPENAI_CLIENT_HEADERS, chat_body, cpu_seconds  # noqa: E402
+from bench.loadgen import OPENAI_CLIENT_HEADERS, chat_body, cpu_seconds, kernel_seconds  # noqa: E402
 from bench.procs import (  # noqa: E402
     PEERS,
     PY,
@@ -117,6 +118,7 @@ def _control_plane(name: str, engines: list[Proc], h2c: bool, logs: Path) -> tup
 class Cell:
     rps: list[float] = field(default_factory=list)
     cpu_us: list[float] = field(default_factory=list)
+    kernel_us: list[float] = field(default_factory=list)
     errors: int = 0
 
 
@@ -322,13 +324,15 @@ def run(args: argparse.Namespace) -> int:
             for _ in range(args.rounds):
                 for name, (p, client) in targets.items():
                     cell = cells.setdefault((name, stream), Cell())
-                    cpu0 = cpu_seconds(p.popen.pid)
+                    cpu0, kernel0 = cpu_seconds(p.popen.pid), kernel_seconds(p.popen.pid)
                     ok, rps, errors = (_h2load if client == "h2load" else _wrk)(
                         p.port, body, args.connections, args.duration_s, headers
                     )
                     cpu = cpu_seconds(p.popen.pid) - cpu0
+                    kernel = kernel_seconds(p.popen.pid) - kernel0
                     cell.rps.append(rps)
                     cell.cpu_us.append(cpu / max(ok, 1) * 1e6)
+                    cell.kernel_us.append(kernel / max(ok, 1) * 1e6)
                     cell.errors += errors
     finally:
         for p in reversed(procs):
@@ -339,8 +343,8 @@ def run(args: argparse.Namespace) -> int:
         f"{args.connections} connections, median of "
         f"{args.rounds} alternating {args.duration_s:g} s cells; load average {os.getloadavg()[0]:.1f}"
     )
-    print("| target | mode | req/s | router CPU µs/req | vs floor | errors |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| target | mode | req/s | router CPU µs/req | of which kernel | vs floor | errors |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for stream in modes:
         floor_cpu = median(cells[("floor", stream)].cpu_us) if ("floor", stream) in cells else float("nan")
         for name in targets:
@@ -348,10 +352,10 @@ def run(args: argparse.Namespace) -> int:
             cpu = median(cell.cpu_us)
             print(
                 f"| {name} | {'stream' if stream else 'plain'} | {median(cell.rps):.0f} | {cpu:.1f} | "
-                f"{cpu / floor_cpu:.2f}x | {cell.errors} |"
+                f"{median(cell.kernel_us):.1f} | {cpu / floor_cpu:.2f}x | {cell.errors} |"
             )
     for name, why in skipped.items():
-        print(f"| {name} | — | not run: {why} | | | |")
+        print(f"| {name} | — | not run: {why} | | | | |")
     if args.keep_logs:
         print(f"logs: {logs}")
     else:
