@@ -57,6 +57,7 @@ import asyncio
 import json
 import math
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -555,6 +556,8 @@ def main() -> int:
         help="also the chat request with the official openai client's 17 headers (floor-openai, router-openai)",
     )
     args = parser.parse_args()
+    if args.inner and args.inner not in _ROWS and not re.fullmatch(r"router-[1-9]\d*w", args.inner):
+        parser.error(f"no row {args.inner!r}: {', '.join(_ROWS)} or router-Nw")
     if args.inner:
         import gc
 
@@ -586,6 +589,13 @@ def main() -> int:
     for mode, value in per_request.items():
         print(f"{mode:<16}{value:>18,.0f}{value / per_request['bare']:>8.2f}")
     return 0
+
+
+# Every row ``--inner`` runs (besides router-Nw).
+_ROWS: tuple[str, ...] = (
+    "bare", "floor", "floor-openai", *ROUTE_REQUESTS, "router-openai", "router-log", "router-sse",
+    "router-h2c", "router-h2c-sse", "h2c-bare", "h2c-router", "h2c-router-sse",
+)  # fmt: skip
 
 
 def _cpu_table(modes: list[str], n: int, rounds: int) -> int:
