@@ -194,6 +194,14 @@ class FramePrefixes:
         return (length << 16 | self._kind_flags).to_bytes(5, "big")
 
 
+# The frame headers both h2 sides write most (the server's answers, the upstream's requests),
+# but their stream id.
+HEADERS_PREFIXES: Final = FramePrefixes(HEADERS, END_HEADERS)
+HEADERS_END_PREFIXES: Final = FramePrefixes(HEADERS, END_HEADERS | END_STREAM)
+DATA_PREFIXES: Final = FramePrefixes(DATA, 0)
+DATA_END_PREFIXES: Final = FramePrefixes(DATA, END_STREAM)
+
+
 def frame(kind: int, flags: int, stream_id: int, payload: bytes | memoryview = b"") -> bytes:
     """One frame: 9-byte header (RFC 9113 §4.1) + payload (copied once, from a view too)."""
     # The header as one 72-bit integer: length << 48 | type << 40 | flags << 32 | stream id.

@@ -45,6 +45,8 @@ from dataplane.http.h2_frames import (
     COMPRESSION_ERROR,
     CONTINUATION,
     DATA,
+    DATA_END_PREFIXES,
+    DATA_PREFIXES,
     DEFAULT_WINDOW,
     END_HEADERS,
     END_STREAM,
@@ -53,6 +55,7 @@ from dataplane.http.h2_frames import (
     FRAME_SIZE_ERROR,
     GOAWAY,
     HEADERS,
+    HEADERS_PREFIXES,
     MAX_WINDOW,
     OCTETS,
     PADDED,
@@ -72,7 +75,6 @@ from dataplane.http.h2_frames import (
     SETTINGS,
     STREAM_CLOSED,
     WINDOW_UPDATE,
-    FramePrefixes,
     H2ProtocolError,
     content_length_field,
     frame,
@@ -86,11 +88,6 @@ from dataplane.http.stream_table import StreamTable
 
 # One list of connection-specific fields (RFC 9113 §8.2.2) for both encoders of an h2 answer.
 from dataplane.http.wire import _H2_DROPPED, H2_STATUS, Headers
-
-# The frame headers of answers but their stream id (``_sid_octets``).
-_HEADERS_PREFIXES: Final = FramePrefixes(HEADERS, END_HEADERS)
-_DATA_PREFIXES: Final = FramePrefixes(DATA, 0)
-_DATA_END_PREFIXES: Final = FramePrefixes(DATA, END_STREAM)
 
 # Streams we reset whose late frames are still ignored (§5.4.2); the oldest are forgotten first.
 _RESET_MEMORY: Final = 1024
@@ -265,20 +262,12 @@ class _Stream:
 
     __slots__ = ("recv", "remote_open", "send", "sid", "unacked")
 
-    def __init__(self, send: int, recv: int, remote_open: bool) -> None:
+    def __init__(self, send: int, recv: int, remote_open: bool, sid: bytes) -> None:
         self.send = send  # what we may still send on it
         self.recv = recv  # what the client may still send us
         self.unacked = 0  # received, credit not yet returned
         self.remote_open = remote_open  # the client has not ended it (no END_STREAM yet)
-        self.sid = b""  # its id as its frame headers end, once one is sent (``_sid_octets``)
-
-
-def _sid_octets(stream: _Stream, sid: int) -> bytes:
-    """The last four octets of ``stream``'s frame headers (``sid``), made once."""
-    made = stream.sid
-    if not made:
-        made = stream.sid = sid.to_bytes(4, "big")
-    return made
+        self.sid = sid  # its id as the last four octets of its frames' headers
 
 
 class ServerCodec:
@@ -534,7 +523,9 @@ class ServerCodec:
         if self._streams.count >= self._max_streams:
             self._refuse(sid)
             return
-        self._streams.put(sid, _Stream(self.peer_initial_window, self._stream_window, not end))
+        self._streams.put(
+            sid, _Stream(self.peer_initial_window, self._stream_window, not end, sid.to_bytes(4, "big"))
+        )
         self._listener.on_request(sid, headers, end)
 
     def _refuse(self, sid: int) -> None:
@@ -683,12 +674,12 @@ class ServerCodec:
         stream.send -= n
         self.conn_send_window -= n
         self.data_frames += 1
-        sid_bytes = _sid_octets(stream, sid)
+        sid_bytes = stream.sid
         # %-formatted bytes: compiled, one allocation (``CPyBytes_Build``), where a join makes a
         # tuple and takes a buffer of each part.
         self.out.append(
             b"%s%s%s%s%s%s"
-            % (_HEADERS_PREFIXES.of(len(block)), sid_bytes, block, _DATA_END_PREFIXES.of(n), sid_bytes, body)
+            % (HEADERS_PREFIXES.of(len(block)), sid_bytes, block, DATA_END_PREFIXES.of(n), sid_bytes, body)
         )
         if stream.remote_open:
             stream.send = -(1 << 40)  # answered before the request ended (see ``_local_end``)
@@ -705,8 +696,8 @@ class ServerCodec:
         stream.send -= n
         self.conn_send_window -= n
         self.data_frames += 1
-        prefixes = _DATA_END_PREFIXES if end_stream else _DATA_PREFIXES
-        self.out.append(b"%s%s%s" % (prefixes.of(n), _sid_octets(stream, sid), data))
+        prefixes = DATA_END_PREFIXES if end_stream else DATA_PREFIXES
+        self.out.append(b"%s%s%s" % (prefixes.of(n), stream.sid, data))
         if end_stream:
             self._local_end(sid, stream)
 
@@ -735,14 +726,14 @@ class ServerCodec:
             stream.send -= n
             self.conn_send_window -= n
             self.data_frames += 1
-            prefixes = _DATA_END_PREFIXES if end_stream and offset + n == total else _DATA_PREFIXES
+            prefixes = DATA_END_PREFIXES if end_stream and offset + n == total else DATA_PREFIXES
             chunk = data if n == total else data[offset : offset + n]
-            self.out.append(b"%s%s%s" % (prefixes.of(n), _sid_octets(stream, sid), chunk))
+            self.out.append(b"%s%s%s" % (prefixes.of(n), stream.sid, chunk))
             offset += n
         if offset == total and end_stream:
             if not total:
                 self.data_frames += 1
-                self.out.append(_DATA_END_PREFIXES.of(0) + _sid_octets(stream, sid))
+                self.out.append(DATA_END_PREFIXES.of(0) + stream.sid)
             self._local_end(sid, stream)
         return offset
 

@@ -8,16 +8,17 @@ returned per stream only as the consumer reads (``consumed``). Bytes in, bytes o
 
 from __future__ import annotations
 
-from typing import Final
-
 from dataplane.http.h2_frames import (
     CONTINUATION,
-    DATA,
+    DATA_END_PREFIXES,
+    DATA_PREFIXES,
     DEFAULT_WINDOW,
     END_HEADERS,
     END_STREAM,
     GOAWAY,
     HEADERS,
+    HEADERS_END_PREFIXES,
+    HEADERS_PREFIXES,
     MAX_STREAM_ID,
     MAX_WINDOW,
     METHOD_FIELDS,
@@ -32,7 +33,6 @@ from dataplane.http.h2_frames import (
     SETTINGS,
     STATIC_NAMES,
     WINDOW_UPDATE,
-    FramePrefixes,
     H2ProtocolError,
     content_length_field,
     frame,
@@ -41,12 +41,6 @@ from dataplane.http.h2_frames import (
 )
 from dataplane.http.stream_table import StreamTable
 from dataplane.router.body import RequestBody, body_window
-
-# The frame headers of a request but their stream id, by flags (END_STREAM set or not).
-_HEADERS_PREFIXES: Final = FramePrefixes(HEADERS, END_HEADERS)
-_HEADERS_END_PREFIXES: Final = FramePrefixes(HEADERS, END_HEADERS | END_STREAM)
-_DATA_PREFIXES: Final = FramePrefixes(DATA, 0)
-_DATA_END_PREFIXES: Final = FramePrefixes(DATA, END_STREAM)
 
 
 class _Windows:
@@ -142,7 +136,7 @@ class CodecOutput:
         flags = END_STREAM if end_stream else 0
         limit = self.peer_max_frame
         if len(block) <= limit:
-            prefixes = _HEADERS_END_PREFIXES if end_stream else _HEADERS_PREFIXES
+            prefixes = HEADERS_END_PREFIXES if end_stream else HEADERS_PREFIXES
             # %-formatted bytes: compiled, one allocation (``CPyBytes_Build``), no tuple.
             return sid, b"%s%s%s" % (prefixes.of(len(block)), sid_bytes, block)
         frames = [frame(HEADERS, flags, sid, block[:limit])]
@@ -196,7 +190,7 @@ class CodecOutput:
         windows.send -= n
         self.conn_send_window -= n
         limit = self.peer_max_frame
-        prefixes = _DATA_END_PREFIXES if end_stream else _DATA_PREFIXES
+        prefixes = DATA_END_PREFIXES if end_stream else DATA_PREFIXES
         if n <= limit:
             window = body_window(body, start, stop)
             if isinstance(window, bytes):  # %-formatted: compiled, one allocation, no tuple
@@ -209,7 +203,7 @@ class CodecOutput:
         for off in range(start, stop, limit):
             end = min(off + limit, stop)
             size = end - off
-            out[pos : pos + 5] = (prefixes if end == stop else _DATA_PREFIXES).of(size)
+            out[pos : pos + 5] = (prefixes if end == stop else DATA_PREFIXES).of(size)
             out[pos + 5 : pos + 9] = sid
             pos += 9
             out[pos : pos + size] = body_window(body, off, end)
