@@ -74,6 +74,9 @@ from mypyc.build import mypycify
 from setuptools import setup
 
 modules = sys.argv[1:]
+# The sources' digests as mypyc reads them: a file edited while the build runs is then stale in
+# the manifest (dataplane/form.py refuses it), never taken for the code compiled before the edit.
+digests = {m: hashlib.sha256(Path(m).read_bytes()).hexdigest() for m in modules}
 extensions = mypycify(modules, target_dir="build/mypyc", group_name="dataplane.hot")
 # The shared library's functions call each other directly, not through its PLT, and the
 # compiler may inline them into each other: nothing ever interposes them (the modules reach
@@ -103,7 +106,6 @@ def build(flags: list[str]) -> None:
 
 
 def write_manifest() -> None:
-    digests = {m: hashlib.sha256(Path(m).read_bytes()).hexdigest() for m in modules}
     Path("dataplane/hot__mypyc.sources.json").write_text(json.dumps(digests, indent=1) + "\n")
 
 
