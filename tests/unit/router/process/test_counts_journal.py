@@ -126,6 +126,35 @@ def test_each_record_is_the_bytes_encode_record_makes(tmp_path: Path) -> None:
     second.close()
 
 
+@given(rounds=st.lists(st.dictionaries(_keys, st.integers(0, 2**40), max_size=6), min_size=1, max_size=6))
+def test_records_in_any_order_of_key_sets_are_encode_records_bytes(
+    tmp_path_factory: pytest.TempPathFactory, rounds: list[dict[tuple[str, str, str], int]]
+) -> None:
+    """Counts that grow as a router's do (keys added, numbers raised) and unrelated ones of the
+    same size alike: every record written reads back as those counts, byte for byte what
+    ``encode_record`` makes, the carried boots after them."""
+    path = str(tmp_path_factory.mktemp("journal") / "r.counts")
+    first = CountsJournal.open(path, "edge")
+    assert first is not None
+    first.start("boot-a")
+    first.record({("*", "top_p", "team-a"): 2})
+    first.close()
+    journal = CountsJournal.open(path, "edge")
+    assert journal is not None
+    journal.start("boot-b")
+    grown: dict[tuple[str, str, str], int] = {}
+    for counts in rounds:
+        grown = {**grown, **{key: grown.get(key, 0) + n for key, n in counts.items()}}
+        for written in (grown, counts):
+            journal.record(written)
+            with open(path, "rb") as f:
+                data = f.read()
+            expected = encode_record("edge", [BootCounts("boot-b", dict(written)), *journal.predecessors])
+            assert data.startswith(expected)
+            assert decode_record(data, "edge")[0] == BootCounts("boot-b", dict(written))
+    journal.close()
+
+
 def test_a_journal_held_by_a_live_router_is_not_shared(tmp_path: Path) -> None:
     """A second router opening the same file while the first holds it is told it is busy, and waits
     for it (a predecessor still stopping) for a bounded time before going without."""
