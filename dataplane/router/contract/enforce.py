@@ -153,7 +153,26 @@ def compile_contract(contract: SamplingContract, *, scope: str, revision: int) -
     return CompiledContract(scope, revision, contract, frozen, by_dialect)
 
 
+# Messages already written, by what they say: a client repeating one wrong value is answered
+# without rendering it again (``format_number`` goes through ``Decimal``: ~8k instructions a
+# rejection). Zero is never a key: 0.0 == -0.0, and they print as "0" and "-0". Cleared when full.
+_MESSAGES: Final[dict[tuple[str, str, bool, int, float], str]] = {}
+_MAX_MESSAGES: Final = 1024
+
+
 def _violation_message(rule: FieldRule, state: int, value: float) -> str:
+    if state != NUMBER or value == 0.0:
+        return _message(rule, state, value)
+    key = (rule.prefix, rule.want, rule.exact, state, value)
+    message = _MESSAGES.get(key)
+    if message is None:
+        if len(_MESSAGES) >= _MAX_MESSAGES:
+            _MESSAGES.clear()
+        message = _MESSAGES[key] = _message(rule, state, value)
+    return message
+
+
+def _message(rule: FieldRule, state: int, value: float) -> str:
     if state == NUMBER:
         got = format_number(value)
         if rule.exact:

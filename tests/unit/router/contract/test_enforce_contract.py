@@ -66,6 +66,21 @@ def test_violation_messages(body: bytes, param: str, message: str) -> None:
     )
 
 
+def test_repeated_violations_are_worded_as_the_first_time() -> None:
+    """A value met again is answered with the same words and envelope (remembered, not rendered
+    again); 0 and -0.0, equal as numbers, keep their own spelling (-0 is the integer 0); the same value under another
+    contract is judged against that one."""
+    band = '{"temperature": {"min": 0.5, "max": 1.5}}'
+    for _ in range(2):
+        for value, got in ((b"-0.0", "-0"), (b"0", "0"), (b"-0", "0"), (b"-0.0", "-0"), (b"0.25", "0.25")):
+            err = _violation(band, b'{"temperature": %s}' % value)
+            assert err.message == f"temperature {P}must be between 0.5 and 1.5, got {got}"
+            assert f'got {got}"'.encode() in error_body(err)
+        err = _violation(SEED, b'{"temperature": 0.25}')
+        assert err.message == f"temperature {P}got 0.25, expected 1 (or omit the field)"
+        assert b"got 0.25, expected 1" in error_body(err)
+
+
 def test_first_violation_reported_every_violation_listed() -> None:
     """The client hears of the first violated field in §2 order; every violated field is listed."""
     err = _violation(SEED, b'{"n": 3, "top_k": 99, "temperature": 0, "top_p": 0.95}')
