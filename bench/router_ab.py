@@ -10,7 +10,8 @@ one wrk cell of each follows the other, ``--rounds`` times. Every router has the
 ``bench/router_floor.py`` (``--override-sampling-params``: judged and spliced) but no control
 plane; ``--access-log`` gives each its access log (a file in the run's directory), as
 bench/router_floor.py does; ``--openai-headers`` sends the official openai client's 17 headers
-instead of 3. Runs inside a loopback-only network namespace, as bench/router_floor.py does
+instead of 3; ``--rejections`` sends the routers a request the contract refuses (``"temperature":
+3``: the router answers 400 itself) while the floor forwards the plain one. Runs inside a loopback-only network namespace, as bench/router_floor.py does
 (``--no-netns`` to skip). Printed: router CPU µs per request (``/proc`` schedstat of the process
 tree), the median over the cells and each cell, and that over the floor's.
 """
@@ -42,6 +43,9 @@ def main() -> int:
     parser.add_argument("--duration-s", type=float, default=2.0)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--access-log", action="store_true", help="every router writes its access log")
+    parser.add_argument(
+        "--rejections", action="store_true", help="the routers get a request the contract refuses (400)"
+    )
     parser.add_argument(
         "--openai-headers", action="store_true", help="the official openai client's 17 request headers, not 3"
     )
@@ -84,20 +88,26 @@ def main() -> int:
             else:
                 wait_http(p, "/health")
         body = chat_body(MODEL, stream=args.stream, size=1024, max_tokens=16)
+        # The contract's band is 0..1.5: the routers refuse this one; the floor forwards ``body``.
+        refused = body.replace(b'"model":', b'"temperature":3,"model":', 1)
+        sent = {name: refused if args.rejections and name != "floor" else body for name in procs}
         headers = OPENAI_CLIENT_HEADERS if args.openai_headers else _PLAIN_HEADERS
-        for p in procs.values():  # warm-up: connections, pools, caches
-            _wrk(p.port, body, args.connections, 1, headers)
+        for name, p in procs.items():  # warm-up: connections, pools, caches
+            _wrk(p.port, sent[name], args.connections, 1, headers)
         cells: dict[str, list[float]] = {name: [] for name in procs}
         for _ in range(args.rounds):
             for name, p in procs.items():
                 cpu0 = cpu_seconds(p.popen.pid)
-                ok, _rps, _errors = _wrk(p.port, body, args.connections, args.duration_s, headers)
+                rejected = args.rejections and name != "floor"
+                ok, _rps, _errors = _wrk(
+                    p.port, sent[name], args.connections, args.duration_s, headers, rejected
+                )
                 cells[name].append((cpu_seconds(p.popen.pid) - cpu0) / max(ok, 1) * 1e6)
     finally:
         for p in procs.values():
             p.stop()
         sim.stop()
-    mode = "stream" if args.stream else "plain"
+    mode = ("stream" if args.stream else "plain") + (", rejected by the routers" if args.rejections else "")
     form = "plain" if args.plain else "compiled"
     print(
         f"router A/B — {mode}, {form} form, {'access log on, ' if args.access_log else ''}"

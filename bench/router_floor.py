@@ -27,6 +27,11 @@ Targets, all up at once, measured in alternating rounds (medians; this 2-core ma
 - ``vllm-router`` / ``sglang-router`` (PyPI, ``.bench-venv``) in front of the two HTTP/1.1
   engines, when installed.
 
+``--rejections`` adds a mode where every fp request carries ``"temperature": 3``, which the
+contract refuses: the router answers 400 ``sampling_contract_violation`` itself (counted, and
+journaled before the answer goes out), and the floor forwards its plain request as before (the
+peers, which hold no contract, are left out of it).
+
 Load: 1 KiB chat body, ``max_tokens`` 16 (streaming: 16 SSE events + ``[DONE]``), instant
 decode, ``--connections`` keep-alive connections for ``--duration-s`` per cell (wrk ``-d``;
 h2load ``-D``); each request carries Host, Content-Type and Content-Length, or with
@@ -128,8 +133,14 @@ _PLAIN_HEADERS: tuple[tuple[str, str], ...] = (("Content-Type", "application/jso
 
 
 def _wrk(
-    port: int, body: bytes, connections: int, duration_s: float, headers: Sequence[tuple[str, str]]
+    port: int,
+    body: bytes,
+    connections: int,
+    duration_s: float,
+    headers: Sequence[tuple[str, str]],
+    rejected: bool = False,
 ) -> tuple[int, float, int]:
+    """(answers as expected, req/s, errors): 2xx answers, or with ``rejected`` the others."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write('wrk.method = "POST"\n')
         for name, value in headers:
@@ -157,15 +168,22 @@ def _wrk(
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     errors_m = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-    errors = int(errors_m.group(1)) if errors_m else 0
-    if socket_errors:
-        errors += sum(int(x) for x in socket_errors.groups())
-    return requests - (int(errors_m.group(1)) if errors_m else 0), rps, errors
+    not_2xx = int(errors_m.group(1)) if errors_m else 0
+    broken = sum(int(x) for x in socket_errors.groups()) if socket_errors else 0
+    if rejected:
+        return not_2xx, rps, requests - not_2xx + broken
+    return requests - not_2xx, rps, not_2xx + broken
 
 
 def _h2load(
-    port: int, body: bytes, connections: int, duration_s: float, headers: Sequence[tuple[str, str]]
+    port: int,
+    body: bytes,
+    connections: int,
+    duration_s: float,
+    headers: Sequence[tuple[str, str]],
+    rejected: bool = False,
 ) -> tuple[int, float, int]:
+    """(answers as expected, req/s, errors): 2xx answers, or with ``rejected`` the 4xx ones."""
     with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as data:
         data.write(body)
     try:
@@ -195,9 +213,13 @@ def _h2load(
         r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored", out
     )
     assert m, out
-    status = re.search(r"status codes: (\d+) 2xx", out)
-    ok = int(status.group(1)) if status else int(m.group(4))
+    status = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
     rps = float(re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out).group(1))  # type: ignore[union-attr]
+    if rejected:
+        assert status, out
+        codes = [int(c) for c in status.groups()]
+        return codes[2], rps, codes[0] + codes[1] + codes[3] + int(m.group(6))
+    ok = int(status.group(1)) if status else int(m.group(4))
     # failed: not a 2xx answer; errored: the stream or connection broke
     return ok, rps, int(m.group(5)) + int(m.group(6))
 
@@ -314,19 +336,34 @@ def run(args: argparse.Namespace) -> int:
                 del targets[name]
         time.sleep(1.5)  # the routers' first load views from the control planes
 
-        cells: dict[tuple[str, bool], Cell] = {}
-        modes = {"both": (False, True), "plain": (False,), "stream": (True,)}[args.modes]
+        cells: dict[tuple[str, str], Cell] = {}
+        modes = {"both": ("plain", "stream"), "plain": ("plain",), "stream": ("stream",)}[args.modes]
+        modes += ("reject",) if args.rejections else ()
         headers = OPENAI_CLIENT_HEADERS if args.openai_headers else _PLAIN_HEADERS
-        for stream in modes:
-            body = chat_body(MODEL, stream=stream, size=1024, max_tokens=16)
-            for p, client in targets.values():  # warm-up: connections, pools, caches
-                (_h2load if client == "h2load" else _wrk)(p.port, body, args.connections, 1, headers)
+        plain_body = chat_body(MODEL, stream=False, size=1024, max_tokens=16)
+        for mode in modes:
+            body = chat_body(MODEL, stream=mode == "stream", size=1024, max_tokens=16)
+            if mode == "reject":  # the contract's band is 0..1.5
+                body = body.replace(b'"model":', b'"temperature":3,"model":', 1)
+            # In the reject mode the floor forwards its plain request; the peers hold no contract.
+            runs = {
+                name: (p, client, plain_body if name == "floor" else body)
+                for name, (p, client) in targets.items()
+                if mode != "reject" or name == "floor" or name.startswith("fp")
+            }
+            for p, client, sent in runs.values():  # warm-up: connections, pools, caches
+                (_h2load if client == "h2load" else _wrk)(p.port, sent, args.connections, 1, headers)
             for _ in range(args.rounds):
-                for name, (p, client) in targets.items():
-                    cell = cells.setdefault((name, stream), Cell())
+                for name, (p, client, sent) in runs.items():
+                    cell = cells.setdefault((name, mode), Cell())
                     cpu0, kernel0 = cpu_seconds(p.popen.pid), kernel_seconds(p.popen.pid)
                     ok, rps, errors = (_h2load if client == "h2load" else _wrk)(
-                        p.port, body, args.connections, args.duration_s, headers
+                        p.port,
+                        sent,
+                        args.connections,
+                        args.duration_s,
+                        headers,
+                        mode == "reject" and name != "floor",
                     )
                     cpu = cpu_seconds(p.popen.pid) - cpu0
                     kernel = kernel_seconds(p.popen.pid) - kernel0
@@ -345,13 +382,15 @@ def run(args: argparse.Namespace) -> int:
     )
     print("| target | mode | req/s | router CPU µs/req | of which kernel | vs floor | errors |")
     print("|---|---|---:|---:|---:|---:|---:|")
-    for stream in modes:
-        floor_cpu = median(cells[("floor", stream)].cpu_us) if ("floor", stream) in cells else float("nan")
+    for mode in modes:
+        floor_cpu = median(cells[("floor", mode)].cpu_us) if ("floor", mode) in cells else float("nan")
         for name in targets:
-            cell = cells[(name, stream)]
+            if (name, mode) not in cells:
+                continue
+            cell = cells[(name, mode)]
             cpu = median(cell.cpu_us)
             print(
-                f"| {name} | {'stream' if stream else 'plain'} | {median(cell.rps):.0f} | {cpu:.1f} | "
+                f"| {name} | {mode} | {median(cell.rps):.0f} | {cpu:.1f} | "
                 f"{median(cell.kernel_us):.1f} | {cpu / floor_cpu:.2f}x | {cell.errors} |"
             )
     for name, why in skipped.items():
@@ -376,6 +415,9 @@ def main() -> int:
         help="the mypyc rows from this checkout (where scripts/build_mypyc.sh ran) instead of this one",
     )
     parser.add_argument("--no-compiled", action="store_true", help="no mypyc rows (the plain form only)")
+    parser.add_argument(
+        "--rejections", action="store_true", help="also a mode whose fp requests the contract refuses (400)"
+    )
     parser.add_argument("--keep-logs", action="store_true")
     parser.add_argument(
         "--openai-headers",

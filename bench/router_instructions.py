@@ -39,6 +39,10 @@ counted: bench/router_overhead.py measures that):
 - ``--workers N``: the chat request again on a router with N workers whose engine load views are
   FRESH (a control plane's, applied once), so the balancer scores N candidates per request
   (``least_load``; the row ``router-Nw``).
+- ``--rejections``: the chat request with ``"temperature": 3``, which the contract refuses: the
+  router answers 400 ``sampling_contract_violation`` itself (the row ``reject``), and again with
+  the rejection counts journal a router with ``--router-id`` and a control plane keeps (the row
+  ``reject-journal``: the record rewritten on every rejection, before its 400 goes out).
 
 Each row is measured as (instructions of N requests - instructions of N/4 requests) / (3N/4), so
 interpreter start-up and imports cancel out.
@@ -136,8 +140,18 @@ OPENAI_REQUEST = (
     + "".join(f"{name}: {value}\r\n" for name, value in OPENAI_CLIENT_HEADERS).encode()
     + b"Content-Length: %d\r\n\r\n%s" % (len(_CHAT_BODY), _CHAT_BODY)
 )
+# The chat request with a temperature the contract refuses (it says 0.7).
+REJECTED_REQUEST = post(
+    "127.0.0.1", 8000, "/v1/chat/completions", _CHAT_BODY.replace(b'"model":', b'"temperature":3,"model":', 1)
+)
 # Every row's request (the chat request unless named here).
-REQUESTS = {**ROUTE_REQUESTS, "router-openai": OPENAI_REQUEST, "floor-openai": OPENAI_REQUEST}
+REQUESTS = {
+    **ROUTE_REQUESTS,
+    "router-openai": OPENAI_REQUEST,
+    "floor-openai": OPENAI_REQUEST,
+    "reject": REJECTED_REQUEST,
+    "reject-journal": REJECTED_REQUEST,
+}
 
 
 class _Socket:
@@ -326,9 +340,11 @@ async def _drive(mode: str, n: int) -> None:
     from dataplane.http.http1 import Http1Connection
     from dataplane.router.app import Router
     from dataplane.router.fleet.workers import WorkerSpec
+    from dataplane.router.process.journal import CountsJournal
     from dataplane.router.settings import build_parser, settings_from_args
 
     loop = asyncio.get_running_loop()
+    journal: CountsJournal | None = None
     streamed = mode in ("router-sse", "router-h2c-sse")
     request = STREAM_REQUEST if streamed else REQUESTS.get(mode, REQUEST)
     workers = (
@@ -347,7 +363,16 @@ async def _drive(mode: str, n: int) -> None:
     elif (
         mode in ROUTE_REQUESTS
         or workers
-        or mode in ("h2c-router", "h2c-router-sse", "router-log", "router-sse", "router-openai")
+        or mode
+        in (
+            "h2c-router",
+            "h2c-router-sse",
+            "router-log",
+            "router-sse",
+            "router-openai",
+            "reject",
+            "reject-journal",
+        )
     ):
         urls = [f"http://127.0.0.1:{9 + i}" for i in range(max(1, workers))]
         args = ["--listen", "127.0.0.1:0", "--worker", urls[0], "--override-sampling-params", CONTRACT]
@@ -359,6 +384,12 @@ async def _drive(mode: str, n: int) -> None:
         router.state.apply_workers([WorkerSpec(url, "http1", (MODEL,)) for url in urls])
         if workers:
             router.state.apply_loads(_fresh_views(urls))
+        if mode == "reject-journal":
+            scratch = Path(tempfile.mkdtemp(prefix="router-instructions-"))
+            journal = CountsJournal.open(str(scratch / "router.counts"), "bench")
+            assert journal is not None
+            journal.start("boot")
+            router.state.rejection_listener = journal.record
 
         handler: Any = router.proxy.handle
     else:
@@ -370,6 +401,7 @@ async def _drive(mode: str, n: int) -> None:
 
     done = loop.create_future()
     answered = 0
+    expected = b"HTTP/1.1 400 " if mode.startswith("reject") else b"HTTP/1.1 200 "
     if mode.startswith("h2c-"):
         await _drive_h2c(loop, handler, n, done, _FRONT_SSE if mode == "h2c-router-sse" else _FRONT)
         return
@@ -384,7 +416,7 @@ async def _drive(mode: str, n: int) -> None:
 
     def on_answer(data: bytes) -> None:
         nonlocal answered, in_answer
-        if not in_answer and not data.startswith(b"HTTP/1.1 200 "):
+        if not in_answer and not data.startswith(expected):
             done.set_exception(RuntimeError(f"unexpected answer: {data[:300]!r}"))
             return
         if streamed:  # a chunked answer arrives in several writes; its last chunk ends it
@@ -402,6 +434,9 @@ async def _drive(mode: str, n: int) -> None:
     await done
     if mode == "router-log":
         await router.access_log.stop()  # type: ignore[union-attr]  # the last batch: encoded and written
+    if journal is not None:
+        journal.remove()
+        os.rmdir(Path(journal.path).parent)
 
 
 async def _drive_h2c(
@@ -540,6 +575,11 @@ def main() -> int:
         "--dialects", action="store_true", help="also /v1/responses and /generate (SPEC §5.1), same contract"
     )
     parser.add_argument("--workers", type=int, default=0, help="also N workers with FRESH engine views")
+    parser.add_argument(
+        "--rejections",
+        action="store_true",
+        help="also a request the contract refuses (400), with and without the journal",
+    )
     parser.add_argument("--h2c", action="store_true", help="also the chat request to an h2c worker")
     parser.add_argument(
         "--front-h2c", action="store_true", help="also an h2c client at the front door (h2c-router, h2c-bare)"
@@ -594,7 +634,7 @@ def main() -> int:
 # Every row ``--inner`` runs (besides router-Nw).
 _ROWS: tuple[str, ...] = (
     "bare", "floor", "floor-openai", *ROUTE_REQUESTS, "router-openai", "router-log", "router-sse",
-    "router-h2c", "router-h2c-sse", "h2c-bare", "h2c-router", "h2c-router-sse",
+    "router-h2c", "router-h2c-sse", "h2c-bare", "h2c-router", "h2c-router-sse", "reject", "reject-journal",
 )  # fmt: skip
 
 
@@ -640,6 +680,8 @@ def _modes(args: argparse.Namespace) -> list[str]:
             modes.append("h2c-router-sse")
     if args.workers:
         modes.append(f"router-{args.workers}w")
+    if args.rejections:
+        modes += ["reject", "reject-journal"]
     return modes
 
 
