@@ -78,9 +78,30 @@ def _record_head(router_id: str) -> bytes:
 
 
 def _boot_json(boot: BootCounts) -> bytes:
-    # [scope, param, count] as before --api-keys, [scope, param, count, client] for a client.
-    counts = [[s, p, c, client] if client else [s, p, c] for (s, p, client), c in sorted(boot.counts.items())]
-    return _encode({"boot_id": boot.boot_id, "counts": counts})
+    keys = sorted(boot.counts)
+    return b"".join(_filled(_boot_pieces(boot.boot_id, keys), keys, boot.counts))
+
+
+def _boot_pieces(boot_id: str, keys: list[tuple[str, str, str]]) -> list[bytes]:
+    """A boot's JSON, ``{"boot_id": ..., "counts": [...]}``, cut around its counts: the count of
+    ``keys[i]`` goes in the empty slot ``2 * i + 1`` (``_filled``). Each count is ``[scope,
+    param, count]`` as before --api-keys, ``[scope, param, count, client]`` for a client."""
+    pieces: list[bytes] = []
+    before = b'{"boot_id":' + _encode(boot_id) + b',"counts":['
+    for scope, param, client in keys:
+        pieces.append(before + b"[" + _encode(scope) + b"," + _encode(param) + b",")
+        pieces.append(b"")  # the count
+        before = b"," + _encode(client) + b"]," if client else b"],"
+    pieces.append(before.removesuffix(b",") + b"]}")
+    return pieces
+
+
+def _filled(pieces: list[bytes], keys: list[tuple[str, str, str]], counts: Counts) -> list[bytes]:
+    """``pieces`` (``_boot_pieces`` of ``keys``) with the ``counts`` in their slots; KeyError for
+    a key ``counts`` lacks."""
+    for i, key in enumerate(keys):
+        pieces[2 * i + 1] = b"%d" % counts[key]
+    return pieces
 
 
 def decode_record(data: bytes, router_id: str) -> list[BootCounts]:
@@ -124,8 +145,8 @@ class CountsJournal:
         # (the same bytes ``encode_record`` makes).
         self._head = _record_head(router_id)
         self._tail = b"".join(b"," + _boot_json(b) for b in predecessors) + b"]}"
-        # The record cut around its counts (``_layout``): ``_order`` the keys in record order,
-        # ``_pieces`` the bytes between their counts with a slot for each count (odd indices).
+        # The record cut around this boot's counts (``_boot_pieces``, the fixed parts joined to
+        # its ends): ``_order`` the keys in record order, a slot for each count at odd indices.
         self._order: list[tuple[str, str, str]] = []
         self._pieces: list[bytes] = []
 
@@ -165,7 +186,7 @@ class CountsJournal:
         """Rewrite the record with this boot's cumulative ``counts`` (called on every rejection).
 
         Only the numbers are written anew: the keys' bytes are laid out once per key set
-        (``_layout``; a boot's counts only gain keys). Encoding the whole record (sorted,
+        (``_boot_pieces``; a boot's counts only gain keys). Encoding the whole record (sorted,
         listed, msgspec) made a rejection's journal work ~17.5k instructions; this ~8k, the
         ``pwrite`` (~2.5 µs here) the larger part of what is left (bench/README.md, session 22)."""
         body = b"".join(self._filled(counts))
@@ -177,29 +198,17 @@ class CountsJournal:
 
     def _filled(self, counts: Counts) -> list[bytes]:
         """The record's pieces with ``counts`` in their slots, laid out again for new keys."""
-        order, pieces = self._order, self._pieces
-        if len(counts) == len(order) and pieces:
+        if len(counts) == len(self._order) and self._pieces:
             try:
-                for i, key in enumerate(order):
-                    pieces[2 * i + 1] = b"%d" % counts[key]
-                return pieces
+                return _filled(self._pieces, self._order, counts)
             except KeyError:  # as many keys, other ones (never from the router: it only adds)
                 pass
-        self._layout(counts)
-        return self._filled(counts)
-
-    def _layout(self, counts: Counts) -> None:
-        """The record for these keys as the bytes around each count: ``encode_record``'s bytes
-        once the counts are in the odd slots (``_boot_json``: ``[scope, param, count]``, with
-        ``, client`` before the ``]`` for a client)."""
         self._order = sorted(counts)
-        self._pieces = pieces = []
-        before = self._head + b'{"boot_id":' + _encode(self._boot_id) + b',"counts":['
-        for scope, param, client in self._order:
-            pieces.append(before + b"[" + _encode(scope) + b"," + _encode(param) + b",")
-            pieces.append(b"")  # the count
-            before = b"," + _encode(client) + b"]," if client else b"],"
-        pieces.append(before.removesuffix(b",") + b"]}" + self._tail)
+        pieces = _boot_pieces(self._boot_id, self._order)
+        pieces[0] = self._head + pieces[0]
+        pieces[-1] += self._tail
+        self._pieces = pieces
+        return _filled(pieces, self._order, counts)
 
     def close(self) -> None:
         os.close(self._fd)
