@@ -83,12 +83,9 @@ extensions = mypycify(modules, target_dir="build/mypyc", group_name="dataplane.h
 # the library through a capsule); its calls into libpython go through the GOT, without a PLT
 # stub. bench/README.md, session 20: -523 and -141 instructions per request on the router row,
 # simulated I1 misses 3,194 -> 3,039.
-# (New lists: mypyc's extensions share one list of flags, which += would extend once per module.)
-for extension in extensions:
-    extension.extra_compile_args = [*extension.extra_compile_args, "-fno-semantic-interposition", "-fno-plt"]
-    extension.extra_link_args = [*extension.extra_link_args, "-Wl,-Bsymbolic-functions"]
-base_compile = {id(e): list(e.extra_compile_args) for e in extensions}
-base_link = {id(e): list(e.extra_link_args) for e in extensions}
+# (A list of each extension's own: mypyc's extensions share one list of flags.)
+base_compile = {id(e): [*e.extra_compile_args, "-fno-semantic-interposition", "-fno-plt"] for e in extensions}
+base_link = {id(e): [*e.extra_link_args, "-Wl,-Bsymbolic-functions"] for e in extensions}
 
 
 def build(flags: list[str]) -> None:
