@@ -347,7 +347,7 @@ def run(args: argparse.Namespace) -> int:
                 body = body.replace(b'"model":', b'"temperature":3,"model":', 1)
             # In the reject mode the floor forwards its plain request; the peers hold no contract.
             runs = {
-                name: (p, client, plain_body if name == "floor" else body)
+                name: (p, client, plain_body if mode == "reject" and name == "floor" else body)
                 for name, (p, client) in targets.items()
                 if mode != "reject" or name == "floor" or name.startswith("fp")
             }
