@@ -204,6 +204,8 @@ class ControlChannel:
         self._channelz = _channelz_ids(grpc_name) - before
         # The replica the streams are on ("" while not connected): metrics and reports.
         self.replica = ""
+        # The replica a status report names (``report_replica``); None: read channelz first.
+        self._reported_replica: str | None = None
         self._contracts = contract_pb2_grpc.ContractServiceStub(self._channel)
         self._loads = load_pb2_grpc.LoadServiceStub(self._channel)
         self._routers = router_pb2_grpc.RouterServiceStub(self._channel)
@@ -233,6 +235,7 @@ class ControlChannel:
         # SPEC §8 fleetplane_control_plane_connected: the channel is up AND the router is
         # subscribed: WatchLoads (whose first message is always a full view, so a resumed
         # stream proves itself at once) delivered on the current call.
+        self._reported_replica = None  # a connectivity change: the replica may be another one
         if channel_ready is not None:
             self._channel_ready = channel_ready
         if loads_live is not None:
@@ -248,6 +251,22 @@ class ControlChannel:
     def read_replica(self) -> str:
         """The replica the channel is on now, as channelz has it ("" while none)."""
         return _read_replica(self._channelz)
+
+    def report_replica(self) -> str:
+        """The replica the channel is on, for a status report ("" while none).
+
+        The report loop looks four times a second, and a channelz read costs ~0.5 ms (gRPC core
+        renders its JSON), most of an idle router's CPU. So channelz is read again only when
+        the replica may have changed: moving to another one takes the channel out of READY and
+        back (``_set_connected`` runs on every connectivity change), and a report stream begins
+        on whichever replica the channel is on (``_report`` forgets it). While none, every look
+        reads channelz.
+        """
+        replica = self._reported_replica
+        if replica is None:
+            replica = self.read_replica()
+            self._reported_replica = replica or None
+        return replica
 
     async def _connectivity_loop(self) -> None:
         state = self._channel.get_state(try_to_connect=True)

@@ -207,9 +207,9 @@ class ControlPlaneClient(ControlChannel):
                 for (s, p, client), c in counts
             ],
             ejected_workers=self._target.ejected_workers(),
-            # Read now, not when the loads stream came up: a report stream on a new replica says so
-            # in its first message (``fleetplane routers`` shows it).
-            control_plane_address=self.read_replica(),
+            # The replica now, not the one the loads stream came up on: a report stream on a new
+            # replica says so in its first message (``fleetplane routers`` shows it).
+            control_plane_address=self.report_replica(),
         )
 
     def predecessor_reports(self) -> list[router_pb2.ReportRouterStatusRequest]:
@@ -234,6 +234,7 @@ class ControlPlaneClient(ControlChannel):
 
     async def _report(self, backoff: Backoff) -> None:
         call = self._routers.ReportRouterStatus(metadata=self._metadata)
+        self._reported_replica = None  # a new stream: on whichever replica the channel is now
         last: router_pb2.ReportRouterStatusRequest | None = None
         last_sent = 0.0
         writing: asyncio.Future[None] | None = None
