@@ -193,6 +193,21 @@ def kernel_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def io_calls(pid: int) -> int:
+    """Read and write system calls so far of ``pid`` and every live descendant (``/proc/PID/io``
+    syscr + syscw: read, write and their vector forms): how many pieces a proxy took a stream in."""
+    total = 0
+    for p in _descendants(pid):
+        try:
+            with open(f"/proc/{p}/io", "rb") as f:
+                for line in f:
+                    if line.startswith((b"syscr:", b"syscw:")):
+                        total += int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU time of ``pid`` and every live descendant, all threads, in seconds.
 

@@ -33,7 +33,10 @@ journaled before the answer goes out), and the floor forwards its plain request 
 peers, which hold no contract, are left out of it).
 
 Load: 1 KiB chat body, ``max_tokens`` 16 (streaming: 16 SSE events + ``[DONE]``), instant
-decode, ``--connections`` keep-alive connections for ``--duration-s`` per cell (wrk ``-d``;
+decode (the engine writes a stream's head, events and end back to back, in 5 writes, so how
+many reads a proxy makes of it depends on how soon it wakes: a busier proxy batches more), or
+with ``--decode-tokens-per-s R`` every engine decodes one token per sequence each 1/R s, as
+batched decode steps do (each event its own read for every proxy: the per-event relay cost), ``--connections`` keep-alive connections for ``--duration-s`` per cell (wrk ``-d``;
 h2load ``-D``); each request carries Host, Content-Type and Content-Length, or with
 ``--openai-headers`` the 17 headers the official openai Python client sends. Printed: req/s, router CPU µs per request (``/proc`` schedstat of the router's
 process tree, all threads, over the cell / answers), the kernel's part of it (``/proc`` stat's
@@ -59,7 +62,7 @@ from statistics import median
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.loadgen import OPENAI_CLIENT_HEADERS, chat_body, cpu_seconds, kernel_seconds  # noqa: E402
+from bench.loadgen import OPENAI_CLIENT_HEADERS, chat_body, cpu_seconds, io_calls, kernel_seconds  # noqa: E402
 from bench.procs import (  # noqa: E402
     PEERS,
     PY,
@@ -90,10 +93,11 @@ def _compiled_env(tree: Path) -> dict[str, str]:
     return env
 
 
-def _engine(name: str, logs: Path, model_dir: Path, *extra: str) -> Proc:
+def _engine(name: str, logs: Path, model_dir: Path, decode_tokens_per_s: float, *extra: str) -> Proc:
     port = free_port()
     publish = ("--load-publish-endpoint", f"tcp://*:{free_port()}")
-    argv = engine_sim_argv(port, MODEL, model_dir, "--decode-tokens-per-s", "0", *publish, *extra)
+    decode = ("--decode-tokens-per-s", f"{decode_tokens_per_s:g}")
+    argv = engine_sim_argv(port, MODEL, model_dir, *decode, *publish, *extra)
     return spawn(name, argv, port, logs)
 
 
@@ -124,6 +128,7 @@ class Cell:
     rps: list[float] = field(default_factory=list)
     cpu_us: list[float] = field(default_factory=list)
     kernel_us: list[float] = field(default_factory=list)
+    io_calls: list[float] = field(default_factory=list)
     errors: int = 0
 
 
@@ -232,13 +237,14 @@ def run(args: argparse.Namespace) -> int:
     model_dir = logs / "model"
     model_dir.mkdir()
     only = set(args.only.split(",")) if args.only else None
+    pace = args.decode_tokens_per_s
     procs: list[Proc] = []
     skipped: dict[str, str] = {}
     # name -> (router proc, port, client: "wrk" | "h2load")
     targets: dict[str, tuple[Proc, str]] = {}
     try:
-        h1 = [_engine(f"sim-h1-{i}", logs, model_dir) for i in range(2)]
-        h2 = [_engine(f"sim-h2-{i}", logs, model_dir, "--http2") for i in range(2)]
+        h1 = [_engine(f"sim-h1-{i}", logs, model_dir, pace) for i in range(2)]
+        h2 = [_engine(f"sim-h2-{i}", logs, model_dir, pace, "--http2") for i in range(2)]
         procs += h1 + h2
         for e in h1:
             wait_http(e, "/health")
@@ -357,6 +363,7 @@ def run(args: argparse.Namespace) -> int:
                 for name, (p, client, sent) in runs.items():
                     cell = cells.setdefault((name, mode), Cell())
                     cpu0, kernel0 = cpu_seconds(p.popen.pid), kernel_seconds(p.popen.pid)
+                    calls0 = io_calls(p.popen.pid)
                     ok, rps, errors = (_h2load if client == "h2load" else _wrk)(
                         p.port,
                         sent,
@@ -367,9 +374,11 @@ def run(args: argparse.Namespace) -> int:
                     )
                     cpu = cpu_seconds(p.popen.pid) - cpu0
                     kernel = kernel_seconds(p.popen.pid) - kernel0
+                    calls = io_calls(p.popen.pid) - calls0
                     cell.rps.append(rps)
                     cell.cpu_us.append(cpu / max(ok, 1) * 1e6)
                     cell.kernel_us.append(kernel / max(ok, 1) * 1e6)
+                    cell.io_calls.append(calls / max(ok, 1))
                     cell.errors += errors
     finally:
         for p in reversed(procs):
@@ -378,10 +387,14 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"router floor — 1 KiB chat body, max_tokens 16, {len(headers) + 2} request headers, "
         f"{args.connections} connections, median of "
-        f"{args.rounds} alternating {args.duration_s:g} s cells; load average {os.getloadavg()[0]:.1f}"
+        f"{args.rounds} alternating {args.duration_s:g} s cells; "
+        + (f"decode {pace:g} tokens/s per sequence; " if pace > 0 else "instant decode; ")
+        + f"load average {os.getloadavg()[0]:.1f}"
     )
-    print("| target | mode | req/s | router CPU µs/req | of which kernel | vs floor | errors |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print(
+        "| target | mode | req/s | router CPU µs/req | of which kernel | reads+writes/req | vs floor | errors |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for mode in modes:
         floor_cpu = median(cells[("floor", mode)].cpu_us) if ("floor", mode) in cells else float("nan")
         for name in targets:
@@ -391,10 +404,10 @@ def run(args: argparse.Namespace) -> int:
             cpu = median(cell.cpu_us)
             print(
                 f"| {name} | {mode} | {median(cell.rps):.0f} | {cpu:.1f} | "
-                f"{median(cell.kernel_us):.1f} | {cpu / floor_cpu:.2f}x | {cell.errors} |"
+                f"{median(cell.kernel_us):.1f} | {median(cell.io_calls):.1f} | {cpu / floor_cpu:.2f}x | {cell.errors} |"
             )
     for name, why in skipped.items():
-        print(f"| {name} | — | not run: {why} | | | | |")
+        print(f"| {name} | — | not run: {why} | | | | | |")
     if args.keep_logs:
         print(f"logs: {logs}")
     else:
@@ -408,6 +421,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--modes", choices=("both", "plain", "stream"), default="both")
+    parser.add_argument(
+        "--decode-tokens-per-s",
+        type=float,
+        default=0.0,
+        help="the engines' decode speed per sequence (0: instant); e.g. 1000 paces a stream's events 1 ms apart",
+    )
     parser.add_argument("--only", default="", help="comma-separated targets besides floor and fp h1→h1")
     parser.add_argument(
         "--compiled-tree",
