@@ -195,7 +195,9 @@ def kernel_seconds(pid: int) -> float:
 
 def io_calls(pid: int) -> int:
     """Read and write system calls so far of ``pid`` and every live descendant (``/proc/PID/io``
-    syscr + syscw: read, write and their vector forms): how many pieces a proxy took a stream in."""
+    syscr + syscw): how many pieces a proxy took an answer in. The kernel counts read(2),
+    write(2) and their vector forms there, not recv/send (which the Rust peers use for part of
+    their sockets), so the count compares Python proxies with each other."""
     total = 0
     for p in _descendants(pid):
         try:

@@ -32,15 +32,21 @@ contract refuses: the router answers 400 ``sampling_contract_violation`` itself 
 journaled before the answer goes out), and the floor forwards its plain request as before (the
 peers, which hold no contract, are left out of it).
 
-Load: 1 KiB chat body, ``max_tokens`` 16 (streaming: 16 SSE events + ``[DONE]``), instant
-decode (the engine writes a stream's head, events and end back to back, in 5 writes, so how
-many reads a proxy makes of it depends on how soon it wakes: a busier proxy batches more), or
-with ``--decode-tokens-per-s R`` every engine decodes one token per sequence each 1/R s, as
-batched decode steps do (each event its own read for every proxy: the per-event relay cost), ``--connections`` keep-alive connections for ``--duration-s`` per cell (wrk ``-d``;
-h2load ``-D``); each request carries Host, Content-Type and Content-Length, or with
-``--openai-headers`` the 17 headers the official openai Python client sends. Printed: req/s, router CPU µs per request (``/proc`` schedstat of the router's
-process tree, all threads, over the cell / answers), the kernel's part of it (``/proc`` stat's
-stime), and the CPU over the floor's.
+Load: 1 KiB chat body, ``max_tokens`` 16 (streaming: 16 SSE events + ``[DONE]``),
+``--connections`` keep-alive connections for ``--duration-s`` per cell (wrk ``-d``; h2load
+``-D``); each request carries Host, Content-Type and Content-Length, or with
+``--openai-headers`` the 17 headers the official openai Python client sends. The engines decode
+instantly: a stream's head, events and end leave in 5 writes back to back, and how many reads a
+proxy takes them in depends on how soon it wakes (a busier proxy batches more). With
+``--decode-tokens-per-s R`` each engine decodes one token per sequence every 1/R s, as batched
+decode steps do: every event is its own read for every proxy (the per-event relay cost), and at
+the few hundred requests a second this allows, the routers' background work (load views from
+the control plane, status reports: ~10-15 ms/s) is a visible share of their CPU per request.
+
+Printed: req/s, router CPU µs per request (``/proc`` schedstat of the router's process tree, all
+threads, over the cell / answers), the kernel's part of it (``/proc`` stat's stime), the read
+and write calls per request (``/proc`` io: how many pieces the proxy took the answer in), and
+the CPU over the floor's.
 """
 
 from __future__ import annotations
