@@ -233,6 +233,7 @@ class ControlPlaneClient(ControlChannel):
             await self._stream("report", backoff, self._report(backoff))
 
     async def _report(self, backoff: Backoff) -> None:
+        loop = asyncio.get_running_loop()
         call = self._routers.ReportRouterStatus(metadata=self._metadata)
         self._reported_replica = None  # a new stream: on whichever replica the channel is now
         last: router_pb2.ReportRouterStatusRequest | None = None
@@ -259,9 +260,13 @@ class ControlPlaneClient(ControlChannel):
                     backoff.reset()
                     self._episodes.recovered("report")
                 self._report_now.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._settings.report_check_s):
-                        await self._report_now.wait()
+                # Look again when something sets ``_report_now``, or when the timer does: no
+                # cancellation and no exception per look (asyncio.timeout cost more than the look).
+                look = loop.call_later(self._settings.report_check_s, self._report_now.set)
+                try:
+                    await self._report_now.wait()
+                finally:
+                    look.cancel()
             await call  # the server ended the stream: its status says why
         except asyncio.CancelledError:
             # Shutting down: one last report so the counts of this boot are complete.
