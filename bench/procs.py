@@ -1,7 +1,9 @@
 """The processes a live benchmark starts, and the loopback-only namespace it runs them in.
 
-Shared by bench/router_floor.py, bench/router_peers.py and bench/routing_live.py: each starts
-engine-sims, fleetplane routers and the PyPI peer routers, waits for them, and stops them by PID.
+Shared by bench/router_floor.py, bench/router_peers.py, bench/routing_live.py and
+bench/router_background.py: each starts engine-sims (with their load publishers and a control
+plane holding them, for a subscribed router), fleetplane routers and the PyPI peer routers,
+waits for them, and stops them by PID.
 
 The peers (``sglang-router``, ``vllm-router``, from ``.bench-venv``) try to download model
 tokenizers at start, so a benchmark that runs them re-executes itself inside ``unshare -n``
@@ -106,6 +108,40 @@ def engine_sim_argv(port: int, model: str, model_dir: Path, *extra: str) -> list
     """engine-sim on ``port``, reporting ``model_dir`` (local) as its model path."""
     argv = [PY, "-m", "dataplane.engine.sim", "--listen", f"127.0.0.1:{port}", "--model", model]
     return [*argv, "--model-path", str(model_dir), *extra]
+
+
+def publishing_engine(
+    name: str, model: str, logs: Path, model_dir: Path, decode_tokens_per_s: float, *extra: str
+) -> Proc:
+    """engine-sim with its load publisher on (a free port), decoding ``decode_tokens_per_s``
+    tokens per sequence (0: instantly)."""
+    port = free_port()
+    publish = ("--load-publish-endpoint", f"tcp://*:{free_port()}")
+    decode = ("--decode-tokens-per-s", f"{decode_tokens_per_s:g}")
+    return spawn(name, engine_sim_argv(port, model, model_dir, *decode, *publish, *extra), port, logs)
+
+
+def control_plane(name: str, engines: list[Proc], h2c: bool, logs: Path, contract: str) -> tuple[Proc, str]:
+    """A control plane (SQLite store in ``logs``) holding ``engines`` and ``contract`` as the
+    fleet's, and its gRPC address."""
+    grpc_port, http_port = free_port(), free_port()
+    argv = [PY, "-m", "controlplane", "--listen", f"127.0.0.1:{grpc_port}"]
+    argv += ["--http-listen", f"127.0.0.1:{http_port}", "--store", f"sqlite:{logs / (name + '.db')}"]
+    plane = spawn(name, argv, http_port, logs)
+    wait_http(plane, "/healthz")
+    address = f"127.0.0.1:{grpc_port}"
+    fleetplane = str(ROOT / ".venv" / "bin" / "fleetplane")
+    for e in engines:
+        url = f"{'h2c' if h2c else 'http'}://127.0.0.1:{e.port}"
+        subprocess.run(
+            [fleetplane, "workers", "add", url, "--control-plane", address], check=True, capture_output=True
+        )
+    subprocess.run(
+        [fleetplane, "contract", "set", "--scope", "*", contract, "--control-plane", address],
+        check=True,
+        capture_output=True,
+    )
+    return plane, address
 
 
 def peer_argv(kind: str, port: int, worker_urls: list[str], policy: str) -> list[str]:

@@ -73,11 +73,12 @@ from bench.procs import (  # noqa: E402
     PEERS,
     PY,
     Proc,
-    engine_sim_argv,
+    control_plane,
     free_port,
     in_loopback_namespace,
     peer_argv,
     peer_env,
+    publishing_engine,
     spawn,
     wait_http,
     wait_port,
@@ -97,36 +98,6 @@ def _compiled_env(tree: Path) -> dict[str, str]:
         why = (where.stderr.strip().splitlines() or [where.stdout.strip()])[-1]
         raise SystemExit(f"{tree}: no current compiled form (run scripts/build_mypyc.sh there): {why}")
     return env
-
-
-def _engine(name: str, logs: Path, model_dir: Path, decode_tokens_per_s: float, *extra: str) -> Proc:
-    port = free_port()
-    publish = ("--load-publish-endpoint", f"tcp://*:{free_port()}")
-    decode = ("--decode-tokens-per-s", f"{decode_tokens_per_s:g}")
-    argv = engine_sim_argv(port, MODEL, model_dir, *decode, *publish, *extra)
-    return spawn(name, argv, port, logs)
-
-
-def _control_plane(name: str, engines: list[Proc], h2c: bool, logs: Path) -> tuple[Proc, str]:
-    """A control plane holding ``engines`` and the fleet contract, and its gRPC address."""
-    grpc_port, http_port = free_port(), free_port()
-    argv = [PY, "-m", "controlplane", "--listen", f"127.0.0.1:{grpc_port}"]
-    argv += ["--http-listen", f"127.0.0.1:{http_port}", "--store", f"sqlite:{logs / (name + '.db')}"]
-    plane = spawn(name, argv, http_port, logs)
-    wait_http(plane, "/healthz")
-    address = f"127.0.0.1:{grpc_port}"
-    fleetplane = str(ROOT / ".venv" / "bin" / "fleetplane")
-    for e in engines:
-        url = f"{'h2c' if h2c else 'http'}://127.0.0.1:{e.port}"
-        subprocess.run(
-            [fleetplane, "workers", "add", url, "--control-plane", address], check=True, capture_output=True
-        )
-    subprocess.run(
-        [fleetplane, "contract", "set", "--scope", "*", CONTRACT, "--control-plane", address],
-        check=True,
-        capture_output=True,
-    )
-    return plane, address
 
 
 @dataclass
@@ -249,17 +220,17 @@ def run(args: argparse.Namespace) -> int:
     # name -> (router proc, port, client: "wrk" | "h2load")
     targets: dict[str, tuple[Proc, str]] = {}
     try:
-        h1 = [_engine(f"sim-h1-{i}", logs, model_dir, pace) for i in range(2)]
-        h2 = [_engine(f"sim-h2-{i}", logs, model_dir, pace, "--http2") for i in range(2)]
+        h1 = [publishing_engine(f"sim-h1-{i}", MODEL, logs, model_dir, pace) for i in range(2)]
+        h2 = [publishing_engine(f"sim-h2-{i}", MODEL, logs, model_dir, pace, "--http2") for i in range(2)]
         procs += h1 + h2
         for e in h1:
             wait_http(e, "/health")
         for e in h2:
             wait_port(e)
         # Into procs at once, so the finally below stops them whatever fails next.
-        for_h1, cp_h1 = _control_plane("control-h1", h1, False, logs)
+        for_h1, cp_h1 = control_plane("control-h1", h1, False, logs, CONTRACT)
         procs.append(for_h1)
-        for_h2, cp_h2 = _control_plane("control-h2c", h2, True, logs)
+        for_h2, cp_h2 = control_plane("control-h2c", h2, True, logs, CONTRACT)
         procs.append(for_h2)
 
         def want(name: str) -> bool:
