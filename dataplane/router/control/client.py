@@ -261,7 +261,8 @@ class ControlPlaneClient(ControlChannel):
                     self._episodes.recovered("report")
                 self._report_now.clear()
                 # Look again when something sets ``_report_now``, or when the timer does: no
-                # cancellation and no exception per look (asyncio.timeout cost more than the look).
+                # cancellation and no exception per look, as asyncio.timeout made (an idle
+                # router's main thread: 3.0-3.2 -> 2.7-2.9 ms/s).
                 look = loop.call_later(self._settings.report_check_s, self._report_now.set)
                 try:
                     await self._report_now.wait()
