@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import shutil
@@ -69,7 +70,7 @@ def _wrk(port: int, seconds: float, logs: Path) -> subprocess.Popen[bytes]:
     body = chat_body(MODEL, stream=True, size=1024, max_tokens=16).decode()
     script = logs / "stream.lua"
     script.write_text(
-        f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = {body!r}\n'
+        f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = {json.dumps(body)}\n'
     )
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     argv = ["wrk", "-t1", "-c32", f"-d{round(seconds) + 2}s", "-s", str(script), url]
