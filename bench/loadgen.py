@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -153,6 +154,14 @@ async def run_load(host: str, port: int, request: bytes, *, concurrency: int, to
     result.latencies_s.sort()
     result.first_byte_s.sort()
     return result
+
+
+def wrk_script(body: bytes, headers: Sequence[tuple[str, str]]) -> str:
+    """A wrk Lua script that POSTs ``body`` with ``headers`` (wrk adds Host and Content-Length)."""
+    lines = ['wrk.method = "POST"']
+    lines += [f"wrk.headers[{json.dumps(name)}] = {json.dumps(value)}" for name, value in headers]
+    lines.append(f"wrk.body = {json.dumps(body.decode())}")
+    return "\n".join(lines) + "\n"
 
 
 def proc_stat(pid: int) -> list[bytes] | None:

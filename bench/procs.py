@@ -110,6 +110,17 @@ def engine_sim_argv(port: int, model: str, model_dir: Path, *extra: str) -> list
     return [*argv, "--model-path", str(model_dir), *extra]
 
 
+def compiled_form_missing(tree: Path) -> str | None:
+    """Why ``tree`` has no current compiled form (``scripts/build_mypyc.sh`` not run there, or
+    its sources edited since), or None when ``FLEETPLANE_FORM=compiled`` imports it."""
+    env = dict(os.environ, PYTHONPATH=str(tree), FLEETPLANE_FORM="compiled")
+    probe = "import dataplane.router.path.forwarder as m; print(m.__file__)"
+    where = subprocess.run([PY, "-c", probe], env=env, cwd=tree, capture_output=True, text=True)
+    if where.returncode == 0 and where.stdout.strip().endswith(".so"):
+        return None
+    return (where.stderr.strip().splitlines() or [where.stdout.strip()])[-1]
+
+
 def publishing_engine(
     name: str, model: str, logs: Path, model_dir: Path, decode_tokens_per_s: float, *extra: str
 ) -> Proc:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import shutil
@@ -38,10 +37,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.loadgen import chat_body, cpu_seconds  # noqa: E402
+from bench.loadgen import chat_body, cpu_seconds, wrk_script  # noqa: E402
 from bench.procs import (  # noqa: E402
     PY,
     Proc,
+    compiled_form_missing,
     control_plane,
     free_port,
     in_loopback_namespace,
@@ -67,11 +67,9 @@ def _router(name: str, logs: Path, env: dict[str, str], *flags: str) -> Proc:
 
 
 def _wrk(port: int, seconds: float, logs: Path) -> subprocess.Popen[bytes]:
-    body = chat_body(MODEL, stream=True, size=1024, max_tokens=16).decode()
+    body = chat_body(MODEL, stream=True, size=1024, max_tokens=16)
     script = logs / "stream.lua"
-    script.write_text(
-        f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = {json.dumps(body)}\n'
-    )
+    script.write_text(wrk_script(body, (("Content-Type", "application/json"),)))
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     argv = ["wrk", "-t1", "-c32", f"-d{round(seconds) + 2}s", "-s", str(script), url]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -83,17 +81,7 @@ def live(seconds: float) -> None:
     model_dir.mkdir()
     procs: list[Proc] = []
     rows: list[tuple[str, str, float, float]] = []
-    compiled = (
-        subprocess.run(
-            [PY, "-c", "import dataplane.router.path.forwarder as m; print(m.__file__)"],
-            env=dict(os.environ, FLEETPLANE_FORM="compiled"),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
-        .stdout.strip()
-        .endswith(".so")
-    )
+    compiled = compiled_form_missing(ROOT) is None
     env = dict(os.environ, FLEETPLANE_FORM="compiled" if compiled else "plain")
     try:
         engines = [

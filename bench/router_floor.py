@@ -52,7 +52,6 @@ the CPU over the floor's.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -68,11 +67,19 @@ from statistics import median
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.loadgen import OPENAI_CLIENT_HEADERS, chat_body, cpu_seconds, io_calls, kernel_seconds  # noqa: E402
+from bench.loadgen import (  # noqa: E402
+    OPENAI_CLIENT_HEADERS,
+    chat_body,
+    cpu_seconds,
+    io_calls,
+    kernel_seconds,
+    wrk_script,
+)
 from bench.procs import (  # noqa: E402
     PEERS,
     PY,
     Proc,
+    compiled_form_missing,
     control_plane,
     free_port,
     in_loopback_namespace,
@@ -91,13 +98,10 @@ CONTRACT = '{"temperature": {"min": 0.0, "max": 1.5, "default": 0.7}, "top_p": 0
 
 def _compiled_env(tree: Path) -> dict[str, str]:
     """The environment that imports ``dataplane`` from ``tree``, compiled (checked: its forwarder is the .so)."""
-    env = dict(os.environ, PYTHONPATH=str(tree), FLEETPLANE_FORM="compiled")
-    probe = "import dataplane.router.path.forwarder as m; print(m.__file__)"
-    where = subprocess.run([PY, "-c", probe], env=env, cwd=tree, capture_output=True, text=True)
-    if where.returncode != 0 or not where.stdout.strip().endswith(".so"):
-        why = (where.stderr.strip().splitlines() or [where.stdout.strip()])[-1]
+    why = compiled_form_missing(tree)
+    if why is not None:
         raise SystemExit(f"{tree}: no current compiled form (run scripts/build_mypyc.sh there): {why}")
-    return env
+    return dict(os.environ, PYTHONPATH=str(tree), FLEETPLANE_FORM="compiled")
 
 
 @dataclass
@@ -124,10 +128,7 @@ def _wrk(
 ) -> tuple[int, float, int]:
     """(answers as expected, req/s, errors): 2xx answers, or with ``rejected`` the others."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write('wrk.method = "POST"\n')
-        for name, value in headers:
-            script.write(f"wrk.headers[{json.dumps(name)}] = {json.dumps(value)}\n")
-        script.write(f"wrk.body = {json.dumps(body.decode())}\n")
+        script.write(wrk_script(body, headers))
     try:
         out = subprocess.run(
             [
