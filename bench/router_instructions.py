@@ -30,7 +30,8 @@ counted: bench/router_overhead.py measures that):
   row ``router-log``): the buffering per request, the timer's batches, their encoding and writes;
 - ``--stream``: the chat request with ``"stream": true``; the worker answers a chunked SSE stream
   of 16 token events and ``[DONE]``, one event per read (the row ``router-sse``): the relay's
-  per-chunk cost; with ``--front-h2c`` also from the h2c client (the row ``h2c-router-sse``);
+  per-chunk cost, against the floor relaying the same reads (the row ``floor-sse``); with
+  ``--front-h2c`` also from the h2c client (the row ``h2c-router-sse``);
   with ``--h2c`` also from an h2c worker (the row ``router-h2c-sse``: HEADERS + the first
   event's DATA frame, then one DATA frame per read, ``[DONE]`` with END_STREAM);
 - ``--openai-headers``: the chat request again with the 17 headers the official ``openai`` Python
@@ -345,7 +346,7 @@ async def _drive(mode: str, n: int) -> None:
 
     loop = asyncio.get_running_loop()
     journal: CountsJournal | None = None
-    streamed = mode in ("router-sse", "router-h2c-sse")
+    streamed = mode in ("floor-sse", "router-sse", "router-h2c-sse")
     request = STREAM_REQUEST if streamed else REQUESTS.get(mode, REQUEST)
     workers = (
         int(mode.split("-")[1].removesuffix("w"))
@@ -633,7 +634,7 @@ def main() -> int:
 
 # Every row ``--inner`` runs (besides router-Nw).
 _ROWS: tuple[str, ...] = (
-    "bare", "floor", "floor-openai", *ROUTE_REQUESTS, "router-openai", "router-log", "router-sse",
+    "bare", "floor", "floor-openai", "floor-sse", *ROUTE_REQUESTS, "router-openai", "router-log", "router-sse",
     "router-h2c", "router-h2c-sse", "h2c-bare", "h2c-router", "h2c-router-sse", "reject", "reject-journal",
 )  # fmt: skip
 
@@ -673,7 +674,7 @@ def _modes(args: argparse.Namespace) -> list[str]:
     if args.openai_headers:
         modes += ["floor-openai", "router-openai"]
     if args.stream:
-        modes.append("router-sse")
+        modes += ["floor-sse", "router-sse"]
         if args.h2c:
             modes.append("router-h2c-sse")
         if args.front_h2c:
