@@ -1,9 +1,10 @@
-"""The floor of a Python HTTP/1.1 router: a featureless uvloop + httptools hop to one worker.
+"""The floor of a Python HTTP/1.1 router: a featureless uvloop + httptools hop to a worker.
 
-    python bench/floor_proxy.py --listen 127.0.0.1:0 --worker http://127.0.0.1:PORT
+    python bench/floor_proxy.py --listen 127.0.0.1:0 --worker http://127.0.0.1:PORT [--worker URL ...]
 
 Each client connection gets one upstream connection of its own (opened on its first request,
-kept alive); a request is parsed with httptools and written upstream as received (head and
+kept alive), to the workers in turn when there are several (fixed for the connection: no routing
+per request); a request is parsed with httptools and written upstream as received (head and
 body); the worker's answer bytes are written to the client as they arrive, the response parser
 only telling where an answer ends. No routing, no contract, no metrics, no limits, no logging:
 what any Python proxy on this stack pays at least per request (``bench/router_floor.py``
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 from urllib.parse import urlsplit
 
 import httptools
@@ -108,12 +110,16 @@ class _Client(asyncio.Protocol):
             self.upstream.transport.close()
 
 
-async def serve(listen: str, worker: str) -> None:
+async def serve(listen: str, workers: list[str]) -> None:
     host, _, port = listen.rpartition(":")
-    target = urlsplit(worker)
-    assert target.hostname is not None and target.port is not None
+    addresses = []
+    for worker in workers:
+        target = urlsplit(worker)
+        assert target.hostname is not None and target.port is not None
+        addresses.append((target.hostname, target.port))
+    turn = itertools.cycle(addresses)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Client(target.hostname, target.port), host, int(port))  # type: ignore[arg-type]
+    server = await loop.create_server(lambda: _Client(*next(turn)), host, int(port))
     bound = server.sockets[0].getsockname()
     print(f"floor listening on http://{bound[0]}:{bound[1]}", flush=True)
     async with server:
@@ -123,7 +129,7 @@ async def serve(listen: str, worker: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--listen", default="127.0.0.1:0")
-    parser.add_argument("--worker", required=True, help="http://HOST:PORT")
+    parser.add_argument("--worker", required=True, action="append", help="http://HOST:PORT (repeatable)")
     args = parser.parse_args()
     uvloop.run(serve(args.listen, args.worker))
 
