@@ -545,6 +545,14 @@ class Http1Connection(AnswerQueue):
         else:
             resp._pending.append(data)
 
+    def sends(self, resp: H1Responder, data: bytes) -> bool:
+        # ``_write``, not ``transport.write``: compiled, a call by name looks the method up.
+        if self._head is resp:
+            self._write(data)
+            return not self.write_paused
+        self.emit(resp, data)
+        return False
+
     def answer_done(self, resp: H1Responder) -> None:
         """``resp`` finished; if it is the head, advance the queue."""
         if self._head is not resp:

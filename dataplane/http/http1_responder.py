@@ -46,6 +46,10 @@ class AnswerQueue(WriteBackpressure):
         """Write ``data`` of ``resp`` now if it is the head, else keep it until it is."""
         raise NotImplementedError
 
+    def sends(self, resp: H1Responder, data: bytes) -> bool:
+        """``emit``, and whether more may be sent at once: written, and writing not paused."""
+        raise NotImplementedError
+
     def answer_done(self, resp: H1Responder) -> None:
         """``resp`` is complete: advance the queue."""
         raise NotImplementedError
@@ -174,9 +178,7 @@ class H1Responder(Responder):
         conn = self._conn
         if not conn.is_head(self):
             await self._wait_head()
-        transport = conn.transport
-        assert transport is not None
-        transport.write(encode_chunk(chunk) if self._chunked else chunk)
+        conn.emit(self, encode_chunk(chunk) if self._chunked else chunk)
         if conn.write_paused:
             await conn.wait_writable()
 
@@ -190,14 +192,7 @@ class H1Responder(Responder):
             return True
         if first and not self._nobody:  # head and first chunk in one write
             head = head + encode_chunk(first) if self._chunked else head + first
-        conn = self._conn
-        if conn.is_head(self):
-            transport = conn.transport
-            assert transport is not None
-            transport.write(head)
-            return not conn.write_paused
-        conn.emit(self, head)
-        return False
+        return self._conn.sends(self, head)
 
     def send_last(self, last: bytes) -> None:
         if self._state != STREAMING:
@@ -221,15 +216,9 @@ class H1Responder(Responder):
             raise ClientDisconnected
         if not chunk or self._nobody:
             return True
-        conn = self._conn
-        data = encode_chunk(chunk) if self._chunked else chunk  # one write per chunk, framing included
-        if conn.is_head(self):
-            transport = conn.transport
-            assert transport is not None
-            transport.write(data)
-            return not conn.write_paused
-        conn.emit(self, data)  # kept until the answers before it went out (RFC 9112 §9.3.2)
-        return False
+        # One write per chunk, framing included; kept until the answers before it went out
+        # (RFC 9112 §9.3.2).
+        return self._conn.sends(self, encode_chunk(chunk) if self._chunked else chunk)
 
     async def writable(self) -> None:
         conn = self._conn
